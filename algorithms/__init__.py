@@ -1,0 +1,1 @@
+"""Training algorithms built on batchenv, installed as ``batchenv.algorithms``."""

@@ -1,0 +1,1 @@
+"""BatchPPO, the TF Agents algorithm."""

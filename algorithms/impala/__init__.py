@@ -1,0 +1,1 @@
+"""IMPALA: V-trace, losses, models, and the synchronous and asynchronous modes."""

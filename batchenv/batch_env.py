@@ -1,0 +1,2 @@
+class BatchEnv:  # placeholder, replaced by the real module
+    pass

@@ -1,0 +1,2 @@
+class ExternalProcess:  # placeholder, replaced by the real module
+    pass

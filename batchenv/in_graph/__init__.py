@@ -1,0 +1,1 @@
+"""In-graph simulation: the InGraphEnv and Algorithm protocols and simulate()."""

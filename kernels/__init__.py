@@ -1,0 +1,1 @@
+"""Batched torch and Triton environments, installed as ``batchenv.kernels``."""
