@@ -1,2 +1,320 @@
-class BatchEnv:  # placeholder, replaced by the real module
-    pass
+"""BatchEnv: a batch of environments stepped in lockstep, with NumPy arrays.
+
+    >>> import gymnasium
+    >>> from batchenv import BatchEnv, ExternalProcess
+    >>> envs = [ExternalProcess(lambda: gymnasium.make("CartPole-v1")) for _ in range(4)]
+    >>> env = BatchEnv(envs)
+    >>> observ, infos = env.reset(seed=0)          # env i is seeded with 0 + i
+    >>> observ, reward, terminated, truncated, infos = env.step(np.zeros(4, np.int64))
+    >>> env.close()
+
+There is no autoreset: the caller (``simulate()``) resets finished envs with
+``reset(indices=...)``. ``batchenv.make`` builds the fast kind, with several envs per
+worker process and shared memory. Any failure in a worker closes the whole batch and raises
+a typed error naming the worker, the env and the step; later calls say since when.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from batchenv import spaces as batch_spaces
+from batchenv._transport import ListTransport
+from batchenv.errors import (
+    AlreadyPendingCallError,
+    ClosedError,
+    EnvWorkerError,
+    NoPendingCallError,
+    NotResetError,
+)
+from batchenv.external_process import DEFAULT_CLOSE_TIMEOUT
+
+Nest = Any
+
+
+class BatchEnv:
+    """Lockstep batch of envs sharing observation and action spaces.
+
+    Args:
+        envs: Gymnasium envs (stepped in this process) or ExternalProcess workers.
+        blocking: step the envs one after another instead of sending all actions first.
+        timeout: deadline in seconds for each step or reset (None: none; a dead worker is
+            still noticed at once).
+        check_actions: check that actions lie inside the action space and are finite
+            (batch size, shape and dtype are always checked).
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        blocking: bool = False,
+        timeout: float | None = None,
+        check_actions: bool = True,
+        *,
+        _transport=None,
+    ):
+        if _transport is None:
+            envs = list(envs)
+            if not envs:
+                raise ValueError("BatchEnv needs at least one env")
+            _transport = ListTransport(envs, blocking)
+        self._transport = _transport
+        self.num_envs: int = _transport.num_envs
+        self.observation_space = _transport.observation_space
+        self.action_space = _transport.action_space
+        self.timeout = timeout
+        self.check_actions = check_actions
+        self.steps = 0
+        self._needs_reset = np.ones(self.num_envs, bool)
+        self._pending: tuple[str, np.ndarray] | None = None
+        self._closed = False
+        self._broken: BaseException | None = None
+
+    # ------------------------------------------------------------------ container
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __getitem__(self, index: int):
+        """The env object of row ``index`` (an ExternalProcess or Gymnasium env)."""
+        transport = self._transport
+        if hasattr(transport, "envs"):
+            return transport.envs[index]
+        return _RowHandle(self, index)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def processes(self):
+        """The ExternalProcess workers behind this batch (empty for in-process envs)."""
+        return self._transport.processes()
+
+    # ------------------------------------------------------------------ reset / step
+
+    def reset(
+        self,
+        indices: Sequence[int] | np.ndarray | None = None,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict | None = None,
+    ) -> tuple[Nest, tuple[dict, ...]]:
+        """Reset envs ``indices`` (all when None) and return ``(observ, infos)`` for those rows.
+
+        An int ``seed`` seeds env ``i`` with ``seed + i``; a sequence gives one seed per
+        reset row.
+        """
+        self.reset_async(indices, seed, options)
+        return self.reset_wait()
+
+    def reset_async(self, indices=None, seed=None, options=None) -> None:
+        rows = self._rows(indices)
+        if seed is None or isinstance(seed, (int, np.integer)):
+            seeds = [None if seed is None else int(seed) + int(r) for r in rows]
+        else:
+            seeds = list(seed)
+            if len(seeds) != len(rows):
+                raise ValueError(f"got {len(seeds)} seeds for {len(rows)} envs to reset")
+        needs_args = any(s is not None for s in seeds) or options is not None
+        reset_args = {int(r): (s, options) for r, s in zip(rows, seeds)}
+        self._start("reset", rows, None, reset_args if needs_args else None)
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Nest, tuple[dict, ...]]:
+        kind, rows, results = self._finish("reset", timeout)
+        self._needs_reset[rows] = False
+        return results
+
+    def step(
+        self, actions: Nest
+    ) -> tuple[Nest, np.ndarray, np.ndarray, np.ndarray, tuple[dict, ...]]:
+        """Step every env; returns ``(observ, reward, terminated, truncated, infos)``."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Nest) -> None:
+        """Validate the actions and send them to the envs without waiting."""
+        self._check_usable("step")
+        leaves = batch_spaces.check_actions(
+            self.action_space, actions, self.num_envs, self.check_actions
+        )
+        if self._needs_reset.any():
+            rows = np.flatnonzero(self._needs_reset).tolist()
+            raise NotResetError(f"step() called before reset() for envs {rows}; call reset() first")
+        self._start("step", np.arange(self.num_envs), leaves, None)
+
+    def step_wait(self, timeout: float | None = None):
+        _, _, results = self._finish("step", timeout)
+        self.steps += 1
+        return results
+
+    # ------------------------------------------------------------------ machinery
+
+    def _rows(self, indices) -> np.ndarray:
+        if indices is None:
+            return np.arange(self.num_envs)
+        rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_envs):
+            raise IndexError(f"reset indices {rows.tolist()} out of range for {self.num_envs} envs")
+        if len(np.unique(rows)) != len(rows):
+            raise ValueError(f"reset indices must be unique, got {rows.tolist()}")
+        return rows
+
+    def _start(self, kind: str, rows: np.ndarray, leaves, reset_args) -> None:
+        self._check_usable(kind)
+        if self._pending is not None:
+            raise AlreadyPendingCallError(
+                f"{kind} called while a {self._pending[0]} is pending; call "
+                f"{self._pending[0]}_wait() first"
+            )
+        try:
+            self._transport.start(kind, rows, leaves, reset_args)
+        except BaseException as error:
+            self._break(error)
+            raise
+        self._pending = (kind, rows)
+
+    def _finish(self, kind: str, timeout: float | None):
+        self._check_usable(f"{kind}_wait")
+        if self._pending is None or self._pending[0] != kind:
+            pending = "nothing" if self._pending is None else f"a {self._pending[0]}"
+            raise NoPendingCallError(f"{kind}_wait() called but {pending} is pending")
+        _, rows = self._pending
+        self._pending = None
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            raw = self._transport.finish(deadline, self.steps)
+        except BaseException as error:
+            self._break(error)
+            raise
+        return kind, rows, self._assemble(kind, rows, raw)
+
+    def _assemble(self, kind: str, rows: np.ndarray, raw):
+        space = self.observation_space
+        transport = self._transport
+        if isinstance(transport, ListTransport):
+            observ = batch_spaces.allocate(space, len(rows))
+            writer = batch_spaces.make_row_writer(space, observ)
+            infos = []
+            if kind == "step":
+                reward = np.zeros(len(rows), np.float64)
+                terminated = np.zeros(len(rows), bool)
+                truncated = np.zeros(len(rows), bool)
+                for i, (obs, rew, term, trunc, info) in enumerate(raw):
+                    self._write_checked(writer, i, obs, rows[i])
+                    reward[i], terminated[i], truncated[i] = rew, term, trunc
+                    infos.append(info)
+                observ = batch_spaces.unflatten(space, observ)
+                return observ, reward, terminated, truncated, tuple(infos)
+            for i, (obs, info) in enumerate(raw):
+                self._write_checked(writer, i, obs, rows[i])
+                infos.append(info)
+            return batch_spaces.unflatten(space, observ), tuple(infos)
+        infos = tuple(raw.get(int(r), {}) for r in rows)
+        if kind == "step":
+            observ, reward, terminated, truncated = transport.results(kind, rows)
+            return batch_spaces.unflatten(space, observ), reward, terminated, truncated, infos
+        return batch_spaces.unflatten(space, transport.results(kind, rows)), infos
+
+    def _write_checked(self, writer, i: int, obs, row: int) -> None:
+        try:
+            writer(i, obs)
+        except ValueError as error:
+            failure = EnvWorkerError(
+                f"env {row} returned a bad observation at step {self.steps}: {error}",
+                env_index=int(row),
+                step=self.steps,
+                remote_type="ValueError",
+            )
+            self._break(failure)
+            raise failure from error
+
+    def _break(self, error: BaseException) -> None:
+        if isinstance(error, (AlreadyPendingCallError, NoPendingCallError, ClosedError)):
+            return
+        self._broken = error
+        self._pending = None
+        self._transport.terminate()
+        self._closed = True
+
+    def _check_usable(self, what: str) -> None:
+        if self._broken is not None:
+            raise ClosedError(
+                f"{what}() called on a BatchEnv that broke at step {self.steps}: "
+                f"{type(self._broken).__name__}: {self._broken}; create a new BatchEnv"
+            ) from self._broken
+        if self._closed:
+            raise ClosedError(f"{what}() called on a closed BatchEnv; create a new one")
+
+    # ------------------------------------------------------------------ attributes
+
+    def call(self, name: str, *args, **kwargs) -> tuple:
+        """Call ``env.name(*args, **kwargs)`` on every env; returns the results per env."""
+        self._check_usable("call")
+        return tuple(self._transport.call(i, name, args, kwargs) for i in range(self.num_envs))
+
+    def get_attr(self, name: str) -> tuple:
+        """Read attribute ``name`` of every env."""
+        self._check_usable("get_attr")
+        return tuple(self._transport.get_attr(i, name) for i in range(self.num_envs))
+
+    def set_attr(self, name: str, values: Any | Sequence[Any]) -> None:
+        """Set attribute ``name`` on every env (one value each when a list/tuple)."""
+        self._check_usable("set_attr")
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"got {len(values)} values for {self.num_envs} envs")
+        for i, value in enumerate(values):
+            self._transport.set_attr(i, name, value)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> list[str]:
+        """Close every env and end the workers, within about ``timeout`` seconds.
+
+        Safe to call twice and while a step is pending (its result is dropped).
+        """
+        if self._closed:
+            if self._broken is not None:
+                self._transport.terminate()
+            return []
+        self._closed = True
+        self._pending = None
+        return self._transport.close(timeout)
+
+    def __enter__(self) -> BatchEnv:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"BatchEnv({self.num_envs} envs, {self.observation_space}, {self.action_space}, {state})"
+
+
+class _RowHandle:
+    """``batch[i]`` of a shared-memory BatchEnv: explicit calls into that env's worker."""
+
+    def __init__(self, batch: BatchEnv, row: int):
+        if not 0 <= row < batch.num_envs:
+            raise IndexError(f"env index {row} out of range for {batch.num_envs} envs")
+        self._batch, self._row = batch, row
+        self.observation_space = batch.observation_space
+        self.action_space = batch.action_space
+
+    def call(self, name: str, *args, **kwargs):
+        return self._batch._transport.call(self._row, name, args, kwargs)
+
+    def get_attr(self, name: str):
+        return self._batch._transport.get_attr(self._row, name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self._batch._transport.set_attr(self._row, name, value)
+
+    def render(self):
+        return self.call("render")

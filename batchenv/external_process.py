@@ -1,2 +1,373 @@
-class ExternalProcess:  # placeholder, replaced by the real module
-    pass
+"""ExternalProcess: an environment (or a group of them) living in a worker process.
+
+    >>> import functools, gymnasium
+    >>> env = ExternalProcess(functools.partial(gymnasium.make, "CartPole-v1"))
+    >>> observ, info = env.reset(seed=0)
+    >>> promise = env.step(0, blocking=False)   # returns at once
+    >>> observ, reward, terminated, truncated, info = promise()
+    >>> env.close()
+
+The constructor is sent with cloudpickle, so lambdas and closures work. Every wait has a
+deadline and notices a dead worker at once; failures raise the typed errors of
+``batchenv.errors`` with the remote exception and traceback chained.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import sys
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+
+from batchenv._launch import WorkerProcess, start_worker
+from batchenv.errors import (
+    AlreadyPendingCallError,
+    ClosedError,
+    EnvWorkerError,
+    NoPendingCallError,
+    RemoteTraceback,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
+
+DEFAULT_START_TIMEOUT = 120.0
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+
+def describe_constructor(constructor: Callable) -> str:
+    """A short human description of an env constructor, for error messages."""
+    if isinstance(constructor, functools.partial):
+        func = getattr(constructor.func, "__qualname__", repr(constructor.func))
+        module = getattr(constructor.func, "__module__", "") or ""
+        args = [repr(a) for a in constructor.args] + [
+            f"{k}={v!r}" for k, v in constructor.keywords.items()
+        ]
+        name = f"{module.split('.')[0]}.{func}" if module else func
+        return f"{name}({', '.join(args)})"
+    text = getattr(constructor, "__qualname__", None) or repr(constructor)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+class ExternalProcess:
+    """One env, or a group of envs, stepped in a child process.
+
+    Args:
+        constructor: a callable returning a Gymnasium (or legacy Gym) env, or a sequence
+            of them to host several envs in one worker (then pass ``index=`` to pick one).
+        start_method: "forkserver" (default; fast) or "spawn" (a fresh interpreter).
+        start_timeout: seconds allowed for starting the worker and building the envs.
+        timeout: default deadline in seconds for each call (None: no deadline; a dead
+            worker is still noticed at once).
+        worker_index, rows: how errors name this worker and its envs inside a BatchEnv.
+    """
+
+    def __init__(
+        self,
+        constructor: Callable | Sequence[Callable],
+        *,
+        start_method: str = "forkserver",
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        timeout: float | None = None,
+        worker_index: int = 0,
+        rows: Sequence[int] | None = None,
+        wait: bool = True,
+    ):
+        constructors = (
+            list(constructor) if isinstance(constructor, (list, tuple)) else [constructor]
+        )
+        if not constructors:
+            raise ValueError("ExternalProcess needs at least one env constructor")
+        for item in constructors:
+            if not callable(item):
+                raise TypeError(f"env constructor must be callable, got {item!r}")
+        try:
+            payload = cloudpickle.dumps(constructors)
+        except Exception as error:
+            raise TypeError(
+                f"env constructor {describe_constructor(constructors[0])} cannot be pickled "
+                f"for the worker process ({type(error).__name__}: {error}); pass a function, "
+                "lambda or functools.partial that builds the env inside the worker"
+            ) from error
+        self.rows = list(rows) if rows is not None else list(range(len(constructors)))
+        self.worker_index = worker_index
+        self.description = describe_constructor(constructors[0])
+        self.timeout = timeout
+        self.steps = 0
+        self._pending: str | None = None
+        self._closed = False
+        self._broken: BaseException | None = None
+        self._process: WorkerProcess = start_worker(start_method)
+        self._finalizer = weakref.finalize(self, _reap, self._process)
+        self._conn = self._process.conn
+        init = {
+            "sys_path": list(sys.path),
+            "cwd": os.getcwd(),
+            "rows": self.rows,
+            "watch_pid": os.getpid(),
+            "constructors": payload,
+        }
+        self._start_timeout = start_timeout
+        try:
+            self._conn.send_bytes(pickle.dumps(init))
+        except BaseException:
+            self.terminate()
+            raise
+        if wait:
+            self.wait_started(start_timeout)
+
+    def wait_started(self, timeout: float) -> None:
+        """Wait until the worker has built its envs (construction with ``wait=False``)."""
+        try:
+            spaces = self._receive(time.monotonic() + timeout, "start")
+        except BaseException:
+            self.terminate()
+            raise
+        self._spaces = spaces
+        self.observation_space, self.action_space = spaces[0]
+        for row, (observ_space, action_space) in zip(self.rows, spaces):
+            if observ_space != self.observation_space or action_space != self.action_space:
+                self.terminate()
+                raise ValueError(
+                    f"env {row} has spaces {observ_space}, {action_space} but env "
+                    f"{self.rows[0]} has {self.observation_space}, {self.action_space}; all envs "
+                    "in a batch must share observation and action spaces"
+                )
+
+    # ------------------------------------------------------------------ the Gymnasium API
+
+    def reset(
+        self,
+        seed: int | None = None,
+        options: dict | None = None,
+        *,
+        blocking: bool = True,
+        index: int = 0,
+    ):
+        """Reset the env; returns ``(observ, info)``, or a promise when not blocking."""
+        return self.call_at(
+            index, "reset", (), {"seed": seed, "options": options}, blocking=blocking
+        )
+
+    def step(self, action: Any, *, blocking: bool = True, index: int = 0):
+        """Step the env; returns the 5-tuple, or a promise when not blocking."""
+        promise = self.call_at(index, "step", (action,), {}, blocking=False)
+        self.steps += 1
+        return promise() if blocking else promise
+
+    def render(self, *, index: int = 0):
+        return self.call_at(index, "render", (), {})
+
+    def call(self, name: str, *args, **kwargs):
+        """Call method ``name`` of the (first) env in the worker and return its result."""
+        return self.call_at(0, name, args, kwargs)
+
+    def get_attr(self, name: str, *, index: int = 0):
+        """Read attribute ``name`` of the env (looked up through its wrappers)."""
+        return self._roundtrip(("getattr", index, name), f"get_attr({name!r})")
+
+    def set_attr(self, name: str, value: Any, *, index: int = 0) -> None:
+        self._roundtrip(("setattr", index, name, value), f"set_attr({name!r})")
+
+    def call_at(self, index: int, name: str, args: tuple, kwargs: dict, *, blocking: bool = True):
+        """Call ``env.name(*args, **kwargs)`` on env ``index`` of this worker."""
+        if not 0 <= index < len(self.rows):
+            raise IndexError(f"this worker hosts {len(self.rows)} envs, got index {index}")
+        self.send(("call", index, name, args, kwargs), name)
+        promise = _Promise(self, name)
+        return promise() if blocking else promise
+
+    # ------------------------------------------------------------------ the wire
+
+    def send(self, request: tuple | bytes, what: str) -> None:
+        """Send a request; the reply must be collected with :meth:`wait` before the next."""
+        self._check_usable(what)
+        if self._pending is not None:
+            raise AlreadyPendingCallError(
+                f"{what} called while {self._pending} is still pending on worker "
+                f"{self.worker_index}; wait for its result first"
+            )
+        payload = request if isinstance(request, bytes) else pickle.dumps(request)
+        try:
+            self._conn.send_bytes(payload)
+        except OSError as error:
+            self._fail(self._died(what, None), error)
+        self._pending = what
+
+    def wait(self, timeout: float | None = None, *, step: int | None = None):
+        """Collect the reply of the pending request (``b""`` for an empty fast reply)."""
+        if self._pending is None:
+            self._check_usable("wait")
+            raise NoPendingCallError(f"no call is pending on worker {self.worker_index}")
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        what, self._pending = self._pending, None
+        return self._receive(deadline, what, step=step)
+
+    def _roundtrip(self, request: tuple, what: str):
+        self.send(request, what)
+        return self.wait()
+
+    def _receive(self, deadline: float | None, what: str, *, step: int | None = None):
+        step = self.steps if step is None else step
+        try:
+            ready = self._conn.poll(_remaining(deadline))
+        except BaseException:  # KeyboardInterrupt while waiting: stop the worker, re-raise
+            self.terminate()
+            raise
+        if not ready:
+            error = WorkerTimeoutError(
+                f"worker {self.worker_index} ({self.description}, envs {self.rows}) did not "
+                f"answer {what} within its deadline at step {step}; the worker was terminated",
+                worker=self.worker_index,
+                env_index=self.rows[0] if len(self.rows) == 1 else None,
+                env_indices=tuple(self.rows),
+                step=step,
+                env_description=self.description,
+            )
+            self._fail(error, None)
+        try:
+            message = self._conn.recv_bytes()
+        except (EOFError, OSError) as cause:
+            self._fail(self._died(what, step), cause)
+        if not message:
+            return b""
+        status, *rest = pickle.loads(message)
+        if status == "ok":
+            return rest[0]
+        self._fail(*self._remote_error(what, step, *rest))
+
+    def _remote_error(self, what, step, env_index, payload, type_name, message, text):
+        remote = None
+        if payload:
+            try:
+                remote = pickle.loads(payload)
+            except Exception:
+                remote = None
+        if remote is None:
+            remote = RemoteTraceback(text)
+        else:
+            remote.__cause__ = RemoteTraceback(text)
+        where = f"env {env_index}" if env_index is not None else f"envs {self.rows}"
+        error = EnvWorkerError(
+            f"worker {self.worker_index} ({self.description}, {where}) raised {type_name} "
+            f"in {what} at step {step}: {message}",
+            worker=self.worker_index,
+            env_index=env_index,
+            step=step,
+            env_description=self.description,
+            remote_type=type_name,
+        )
+        return error, remote
+
+    def _died(self, what: str, step: int | None) -> WorkerDiedError:
+        code = self._process.exitcode(wait=1.0)
+        how = f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        return WorkerDiedError(
+            f"worker {self.worker_index} ({self.description}, envs {self.rows}) died during "
+            f"{what} at step {self.steps if step is None else step} ({how})",
+            worker=self.worker_index,
+            env_index=self.rows[0] if len(self.rows) == 1 else None,
+            step=self.steps if step is None else step,
+            env_description=self.description,
+            exitcode=code,
+        )
+
+    def _fail(self, error: BaseException, cause: BaseException | None):
+        self._broken = error
+        self.terminate()
+        raise error from cause
+
+    def _check_usable(self, what: str) -> None:
+        if self._broken is not None:
+            raise ClosedError(
+                f"worker {self.worker_index} ({self.description}) is unusable since: "
+                f"{self._broken}; create a new env"
+            ) from self._broken
+        if self._closed:
+            raise ClosedError(f"{what} called on a closed ExternalProcess ({self.description})")
+
+    # ------------------------------------------------------------------ shutdown
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> list[str]:
+        """Close the envs (``env.close()`` in the worker) and end the worker.
+
+        Returns within about ``timeout`` seconds even when an env's close hangs (the worker
+        is then killed). A pending call's result is discarded. Closing twice is a no-op.
+        Returns the problems reported by the envs' close methods.
+        """
+        if self._closed:
+            return []
+        self._closed = True
+        problems: list[str] = []
+        if self._broken is None and self._process.exitcode() is None:
+            deadline = time.monotonic() + timeout
+            try:
+                if self._pending is not None:  # the worker answers the pending call first
+                    self._pending = None
+                    if self._conn.poll(_remaining(deadline)):
+                        self._conn.recv_bytes()
+                self._conn.send_bytes(pickle.dumps(("close",)))
+                if self._conn.poll(_remaining(deadline)):
+                    message = self._conn.recv_bytes()
+                    if message:
+                        problems = pickle.loads(message)[1] or []
+                else:
+                    problems = [f"env close did not finish within {timeout} s; worker killed"]
+            except (EOFError, OSError):
+                pass
+            self._process.join(_remaining(deadline) or 0.0)
+        self.terminate()
+        return problems
+
+    def terminate(self) -> None:
+        """Kill the worker at once (no env.close()) and reap it."""
+        self._closed = True
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"ExternalProcess({self.description}, envs={self.rows}, pid={self.pid}, {state})"
+
+
+def _reap(process: WorkerProcess) -> None:
+    """Finalizer: end the worker. A graceful EOF first, then SIGKILL."""
+    try:
+        process.conn.close()
+    except OSError:
+        pass
+    if not process.join(0.05):
+        process.kill()
+        process.join(2.0)
+
+
+class _Promise:
+    """A callable that waits for the pending reply of an ExternalProcess (once)."""
+
+    def __init__(self, owner: ExternalProcess, what: str):
+        self._owner = owner
+        self._what = what
+        self._used = False
+
+    def __call__(self, timeout: float | None = None):
+        if self._used:
+            raise NoPendingCallError(f"the result of {self._what} was already collected")
+        self._used = True
+        return self._owner.wait(timeout)

@@ -1,2 +1,91 @@
-def make(*args, **kwargs):  # placeholder
-    raise NotImplementedError
+"""``batchenv.make``: the fast BatchEnv, several envs per worker and shared memory.
+
+>>> import batchenv
+>>> env = batchenv.make("CartPole-v1", num_envs=64)           # a Gymnasium id ...
+>>> env = batchenv.make(lambda: MyEnv(level=3), num_envs=16)  # ... or a constructor
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from batchenv._transport import SharedMemoryTransport
+from batchenv.batch_env import BatchEnv
+from batchenv.external_process import DEFAULT_START_TIMEOUT, ExternalProcess
+
+
+def make(
+    env: str | Callable,
+    num_envs: int,
+    num_workers: int | None = None,
+    *,
+    start_method: str = "forkserver",
+    timeout: float | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    check_actions: bool = True,
+    copy: bool = True,
+    **env_kwargs,
+) -> BatchEnv:
+    """Build a BatchEnv of ``num_envs`` envs spread over ``num_workers`` processes.
+
+    Args:
+        env: a Gymnasium id (``gymnasium.make(env, **env_kwargs)`` runs in the workers) or a
+            constructor returning an env (then ``env_kwargs`` must be empty).
+        num_envs: batch size.
+        num_workers: worker processes (default: the number of CPU cores, at most num_envs).
+            Each hosts ``num_envs / num_workers`` envs, stepped one after another.
+        start_method: "forkserver" (default) or "spawn".
+        timeout: deadline in seconds for each step and reset (None: none).
+        start_timeout: deadline for starting the workers and building the envs.
+        check_actions: check that actions are finite and inside the action space.
+        copy: return copies of the results (safe to keep); False returns views into
+            shared memory, valid until the next step.
+    """
+    if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if num_workers is None:
+        num_workers = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        )
+    if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    num_workers = min(int(num_workers), int(num_envs))
+    if isinstance(env, str):
+        import gymnasium
+
+        constructor = functools.partial(gymnasium.make, env, **env_kwargs)
+    elif callable(env):
+        if env_kwargs:
+            raise TypeError(f"keyword arguments {sorted(env_kwargs)} only apply to a Gymnasium id")
+        constructor = env
+    else:
+        raise TypeError(f"env must be a Gymnasium id or a callable, got {env!r}")
+    groups = np.array_split(np.arange(num_envs), num_workers)
+    workers: list[ExternalProcess] = []
+    try:
+        deadline = time.monotonic() + start_timeout
+        for index, rows in enumerate(groups):
+            workers.append(
+                ExternalProcess(
+                    [constructor] * len(rows),
+                    start_method=start_method,
+                    start_timeout=start_timeout,
+                    timeout=timeout,
+                    worker_index=index,
+                    rows=rows.tolist(),
+                    wait=False,
+                )
+            )
+        for worker in workers:
+            worker.wait_started(max(0.0, deadline - time.monotonic()))
+        transport = SharedMemoryTransport(workers, copy=copy)
+    except BaseException:
+        for worker in workers:
+            worker.terminate()
+        raise
+    return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)

@@ -1,0 +1,287 @@
+"""The worker process: builds a group of envs and serves requests from its parent.
+
+Runs in a fresh interpreter (spawn) or a process forked from batchenv's fork server; it
+imports only NumPy, cloudpickle and whatever the env constructors need (never torch by
+itself). Messages over one socket ``Connection``:
+
+- a pickled request tuple ``(command, ...)`` -> a pickled ``("ok", result)`` or
+  ``("error", env_index, exception_bytes, type_name, message, traceback_text)``;
+- the single byte ``b"G"`` (shared-memory mode): run the per-env commands written in the
+  shared ``command`` array (step, reset) for this worker's rows, write results into shared
+  memory, reply ``b""`` (or a pickled ``("ok", infos)`` when some info dict is non-empty).
+
+The worker ignores SIGINT (the parent handles Ctrl-C), asks the kernel to kill it when the
+launching process dies (PR_SET_PDEATHSIG), and checks while idle that the parent is alive.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle
+
+import numpy as np
+
+# Per-row commands in the shared ``command`` array.
+IDLE, STEP, RESET = 0, 1, 2
+GO = b"G"
+IDLE_CHECK_SECONDS = 0.5
+
+
+def set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when its parent thread exits (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def error_reply(env_index: int | None, error: BaseException) -> bytes:
+    """Pickle an exception with its type and traceback, even when it cannot be pickled."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        payload = pickle.dumps(error)
+        pickle.loads(payload)
+    except Exception:
+        payload = b""
+    return pickle.dumps(("error", env_index, payload, type(error).__name__, str(error), text))
+
+
+class SharedBuffers:
+    """NumPy views of the shared-memory block, named as in the parent's layout."""
+
+    def __init__(self, fd: int, size: int, layout: list[tuple[str, int, tuple, str]]):
+        self._mmap = mmap.mmap(fd, size)
+        os.close(fd)
+        self.arrays = {}
+        for name, offset, shape, dtype in layout:
+            count = int(np.prod(shape, dtype=np.int64))
+            self.arrays[name] = np.frombuffer(self._mmap, np.dtype(dtype), count, offset).reshape(
+                shape
+            )
+
+
+class Worker:
+    """Holds this process's envs and answers the parent's requests."""
+
+    def __init__(self, conn: Connection, init: dict):
+        self.conn = conn
+        self.rows: list[int] = init["rows"]
+        self.watch_pid: int = init["watch_pid"]
+        self.envs: list = []
+        self.fast = None
+
+    def build(self, constructors: list) -> list:
+        try:  # TEMP until compat lands
+            from batchenv.compat import to_gymnasium
+        except ImportError:
+            to_gymnasium = lambda env: env  # noqa: E731
+
+        for row, constructor in zip(self.rows, constructors):
+            try:
+                self.envs.append(to_gymnasium(constructor()))
+            except BaseException as error:
+                raise _EnvFailure(row, error) from error
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
+        return [(env.observation_space, env.action_space) for env in self.envs]
+
+    def attach(self, layout: list, size: int, observation_space, action_space) -> None:
+        from batchenv import spaces as batch_spaces
+
+        fd = recv_handle(self.conn)
+        buffers = SharedBuffers(fd, size, layout).arrays
+        n_obs = len(batch_spaces.leaves(observation_space))
+        n_act = len(batch_spaces.leaves(action_space))
+        observ = [buffers[f"observ{i}"] for i in range(n_obs)]
+        action = [buffers[f"action{i}"] for i in range(n_act)]
+        self.fast = (
+            buffers["command"],
+            batch_spaces.make_row_reader(action_space, action),
+            batch_spaces.make_row_writer(observation_space, observ),
+            buffers["reward"],
+            buffers["terminated"],
+            buffers["truncated"],
+        )
+
+    def run_commands(self, reset_args: dict | None) -> dict | None:
+        """Execute the shared per-row commands for this worker's envs."""
+        command, read_action, write_observ, reward, terminated, truncated = self.fast
+        infos = None
+        for env, row in zip(self.envs, self.rows):
+            todo = command[row]
+            if todo == IDLE:
+                continue
+            try:
+                if todo == STEP:
+                    observ, rew, term, trunc, info = env.step(read_action(row))
+                    reward[row] = rew
+                    terminated[row] = term
+                    truncated[row] = trunc
+                else:
+                    seed, options = (
+                        reset_args.get(row, (None, None)) if reset_args else (None, None)
+                    )
+                    observ, info = env.reset(seed=seed, options=options)
+                write_observ(row, observ)
+            except BaseException as error:
+                raise _EnvFailure(row, error) from error
+            if info:
+                if infos is None:
+                    infos = {}
+                infos[row] = info
+        return infos
+
+    def handle(self, request: tuple):
+        command = request[0]
+        if command == "call":
+            _, slot, name, args, kwargs = request
+            try:
+                return getattr(self.envs[slot], name)(*args, **kwargs)
+            except BaseException as error:
+                raise _EnvFailure(self.rows[slot], error) from error
+        if command == "getattr":
+            return _get_env_attr(self.envs[request[1]], request[2], self.rows[request[1]])
+        if command == "setattr":
+            _, slot, name, value = request
+            setattr(self.envs[slot], name, value)
+            return None
+        if command == "commands":
+            return self.run_commands(request[1])
+        if command == "attach":
+            return self.attach(*request[1:])
+        raise ValueError(f"unknown request {command!r}")
+
+    def close_envs(self) -> list[str]:
+        problems = []
+        for env, row in zip(self.envs, self.rows):
+            try:
+                env.close()
+            except BaseException as error:
+                problems.append(f"env {row}: {type(error).__name__}: {error}")
+        return problems
+
+    def serve(self) -> None:
+        conn = self.conn
+        while True:
+            if not conn.poll(IDLE_CHECK_SECONDS):
+                if not _pid_alive(self.watch_pid):
+                    raise EOFError("the parent process is gone")
+                continue
+            message = conn.recv_bytes()
+            if message == GO:
+                try:
+                    infos = self.run_commands(None)
+                except _EnvFailure as failure:
+                    conn.send_bytes(error_reply(failure.row, failure.error))
+                    continue
+                conn.send_bytes(b"" if infos is None else _dump_ok(infos, self.rows[0]))
+                continue
+            request = pickle.loads(message)
+            if request[0] == "close":
+                conn.send_bytes(pickle.dumps(("ok", self.close_envs())))
+                return
+            try:
+                result = self.handle(request)
+            except _EnvFailure as failure:
+                conn.send_bytes(error_reply(failure.row, failure.error))
+                continue
+            except BaseException as error:
+                conn.send_bytes(error_reply(None, error))
+                continue
+            conn.send_bytes(_dump_ok(result, None))
+
+
+class _EnvFailure(Exception):
+    def __init__(self, row: int, error: BaseException):
+        super().__init__(row, error)
+        self.row = row
+        self.error = error
+
+
+def _dump_ok(result, row: int | None) -> bytes:
+    try:
+        return pickle.dumps(("ok", result))
+    except Exception as error:  # an unpicklable reply is the env's fault; say so
+        wrapped = TypeError(f"the worker's reply could not be pickled: {error}")
+        return error_reply(row, wrapped)
+
+
+def _get_env_attr(env, name: str, row: int):
+    try:
+        return getattr(env, name)
+    except AttributeError:
+        try:
+            return env.get_wrapper_attr(name)
+        except AttributeError as error:
+            raise _EnvFailure(row, error) from error
+
+
+def main(fd: int, pdeathsig: bool = True) -> None:
+    """Entry point of a worker: ``fd`` is this end of the socket to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if pdeathsig:
+        set_parent_death_signal()
+    conn = Connection(fd)
+    try:
+        init = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        os._exit(0)
+    sys.path[:] = init["sys_path"]
+    if init.get("cwd"):
+        try:
+            os.chdir(init["cwd"])
+        except OSError:
+            pass
+    worker = Worker(conn, init)
+    try:
+        constructors = pickle.loads(init["constructors"])
+        spaces = worker.build(constructors)
+    except _EnvFailure as failure:
+        _send_quietly(conn, error_reply(failure.row, failure.error))
+        _exit(worker, 1)
+    except BaseException as error:
+        _send_quietly(conn, error_reply(None, error))
+        _exit(worker, 1)
+    _send_quietly(conn, _dump_ok(spaces, None))
+    try:
+        worker.serve()
+    except (EOFError, OSError):  # the parent is gone without closing us: close the envs
+        worker.close_envs()
+    _exit(worker, 0)
+
+
+def _send_quietly(conn: Connection, payload: bytes) -> None:
+    try:
+        conn.send_bytes(payload)
+    except OSError:
+        pass
+
+
+def _exit(worker: Worker, code: int) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

@@ -1,0 +1,208 @@
+"""Batched arrays for Gymnasium spaces: buffers, row writers and action checks.
+
+A space is seen as a nest (Tuple -> tuple, Dict -> dict) of leaf spaces (Box, Discrete,
+MultiDiscrete, MultiBinary). A batch of values is the same nest of NumPy arrays with a
+leading batch axis. Everything here is plain NumPy: worker processes import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+Nest = Any
+
+
+def leaves(space: spaces.Space) -> list[spaces.Space]:
+    """Leaf spaces of ``space`` in a fixed order (Dict keys in the space's own order)."""
+    if isinstance(space, spaces.Tuple):
+        return [leaf for sub in space.spaces for leaf in leaves(sub)]
+    if isinstance(space, spaces.Dict):
+        return [leaf for sub in space.spaces.values() for leaf in leaves(sub)]
+    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return [space]
+    raise TypeError(
+        f"batchenv cannot batch a {type(space).__name__} space; supported: Box, Discrete, "
+        "MultiDiscrete, MultiBinary and Tuple/Dict nests of them"
+    )
+
+
+def leaf_layout(space: spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape of one value of a leaf space and the dtype its batch is stored in."""
+    if isinstance(space, spaces.Discrete):
+        return (), np.dtype(np.int64)
+    return tuple(space.shape), np.dtype(space.dtype)
+
+
+def flatten(space: spaces.Space, value: Nest) -> list[Any]:
+    """The leaves of ``value``, a nest shaped like ``space``."""
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+            raise ValueError(
+                f"expected a tuple of {len(space.spaces)} parts, got {_describe(value)}"
+            )
+        return [x for sub, v in zip(space.spaces, value) for x in flatten(sub, v)]
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict) or set(value) != set(space.spaces):
+            keys = sorted(space.spaces)
+            raise ValueError(f"expected a dict with keys {keys}, got {_describe(value)}")
+        return [x for key, sub in space.spaces.items() for x in flatten(sub, value[key])]
+    return [value]
+
+
+def unflatten(space: spaces.Space, values: Sequence[Any]) -> Nest:
+    """Inverse of :func:`flatten`."""
+    iterator = iter(values)
+
+    def build(sub: spaces.Space) -> Nest:
+        if isinstance(sub, spaces.Tuple):
+            return tuple(build(s) for s in sub.spaces)
+        if isinstance(sub, spaces.Dict):
+            return {key: build(s) for key, s in sub.spaces.items()}
+        return next(iterator)
+
+    return build(space)
+
+
+def allocate(
+    space: spaces.Space,
+    batch_size: int,
+    alloc: Callable[[tuple, np.dtype], np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """One array ``[batch_size, *leaf_shape]`` per leaf, made by ``alloc(shape, dtype)``."""
+    alloc = alloc or (lambda shape, dtype: np.zeros(shape, dtype))
+    result = []
+    for leaf in leaves(space):
+        shape, dtype = leaf_layout(leaf)
+        result.append(alloc((batch_size, *shape), dtype))
+    return result
+
+
+def make_row_writer(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[[int, Nest], None]:
+    """A function ``write(row, value)`` that stores one value of ``space`` into ``buffers``.
+
+    The value's shape is checked against the space: a silently broadcast observation is
+    lost data, so a mismatch raises ValueError saying what was expected.
+    """
+    leaf_spaces = leaves(space)
+    layouts = [leaf_layout(leaf) for leaf in leaf_spaces]
+    if len(leaf_spaces) == 1:
+        shape = layouts[0][0]
+        buffer = buffers[0]
+
+        def write_one(row: int, value: Any) -> None:
+            if getattr(value, "shape", None) != shape and np.shape(value) != shape:
+                raise ValueError(
+                    f"observation has shape {np.shape(value)} but the observation space "
+                    f"{space} expects {shape}"
+                )
+            buffer[row] = value
+
+        return write_one
+
+    def write_nest(row: int, value: Any) -> None:
+        for leaf, (shape, _), buffer, part in zip(
+            leaf_spaces, layouts, buffers, flatten(space, value)
+        ):
+            if np.shape(part) != shape:
+                raise ValueError(
+                    f"observation part has shape {np.shape(part)} but the space {leaf} "
+                    f"expects {shape}"
+                )
+            buffer[row] = part
+
+    return write_nest
+
+
+def make_row_reader(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[[int], Nest]:
+    """A function ``read(row)`` giving the action for one env, ready to pass to ``step``."""
+    leaf_spaces = leaves(space)
+    readers = []
+    for leaf, buffer in zip(leaf_spaces, buffers):
+        if isinstance(leaf, spaces.Discrete):
+            readers.append(lambda row, b=buffer: int(b[row]))
+        else:
+            readers.append(lambda row, b=buffer: b[row].copy())
+    if len(readers) == 1 and not isinstance(space, (spaces.Tuple, spaces.Dict)):
+        return readers[0]
+    return lambda row: unflatten(space, [read(row) for read in readers])
+
+
+def check_actions(
+    space: spaces.Space, actions: Nest, batch_size: int, check_values: bool = True
+) -> list[np.ndarray]:
+    """Validate a batch of actions against ``space``; return the leaves as arrays.
+
+    Raises TypeError for a wrong dtype kind and ValueError for a wrong batch size or shape,
+    a non-finite value or a value outside the space, naming the first offending row.
+    """
+    try:
+        parts = flatten(space, actions)
+    except ValueError as error:
+        raise ValueError(f"action batch does not match the action space {space}: {error}") from None
+    result = []
+    for leaf, part in zip(leaves(space), parts):
+        shape, dtype = leaf_layout(leaf)
+        array = np.asarray(part)
+        if array.shape != (batch_size, *shape):
+            raise ValueError(
+                f"action batch has shape {array.shape}, expected {(batch_size, *shape)} "
+                f"({batch_size} envs x action space {leaf})"
+            )
+        _check_dtype(leaf, array)
+        if check_values:
+            _check_values(leaf, array)
+        result.append(array)
+    return result
+
+
+def _check_dtype(leaf: spaces.Space, array: np.ndarray) -> None:
+    if isinstance(leaf, spaces.Box):
+        ok = (
+            array.dtype.kind in "fiub"
+            if np.issubdtype(leaf.dtype, np.floating)
+            else array.dtype.kind in "iub"
+        )
+    else:
+        ok = array.dtype.kind in "iub"
+    if not ok:
+        raise TypeError(
+            f"action batch has dtype {array.dtype}, but the action space {leaf} needs "
+            f"{'numbers' if isinstance(leaf, spaces.Box) else 'integers'}"
+        )
+
+
+def _check_values(leaf: spaces.Space, array: np.ndarray) -> None:
+    if isinstance(leaf, spaces.Box):
+        flat = array.reshape(len(array), -1)
+        if array.dtype.kind == "f":
+            bad = ~np.isfinite(flat).all(axis=1)
+            if bad.any():
+                row = int(np.argmax(bad))
+                raise ValueError(f"action for env {row} is not finite: {array[row]!r}")
+        low = np.broadcast_to(leaf.low.reshape(-1), flat.shape[1:])
+        high = np.broadcast_to(leaf.high.reshape(-1), flat.shape[1:])
+        bad = ((flat < low) | (flat > high)).any(axis=1)
+    elif isinstance(leaf, spaces.Discrete):
+        bad = (array < leaf.start) | (array >= leaf.start + leaf.n)
+    elif isinstance(leaf, spaces.MultiDiscrete):
+        flat = array.reshape(len(array), -1)
+        bad = (
+            (flat < leaf.start.reshape(-1)) | (flat >= (leaf.start + leaf.nvec).reshape(-1))
+        ).any(1)
+    else:  # MultiBinary
+        bad = ((array != 0) & (array != 1)).reshape(len(array), -1).any(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"action for env {row} is outside the action space {leaf}: {array[row]!r}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(value)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
