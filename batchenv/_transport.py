@@ -208,22 +208,27 @@ class SharedMemoryTransport:
             buffers["truncated"],
         )
         self._waiting: list[ExternalProcess] = []
-        self._kind = "step"
-        self._rows = np.arange(self.num_envs)
 
     def start(
-        self, kind: str, rows: np.ndarray, actions: list[np.ndarray] | None, reset_args
+        self,
+        kind: str,
+        rows: np.ndarray,
+        actions: list[np.ndarray] | None,
+        reset_args,
+        command: np.ndarray | None = None,
     ) -> None:
-        command = self.command
-        if kind == "step":
+        """Wake the workers owning ``rows``: a step, a reset, or the given per-row commands."""
+        if actions is not None:
             for buffer, part in zip(self.actions, actions):
                 buffer[...] = part
-            command[...] = STEP
+        if command is not None:
+            self.command[...] = command
+        elif kind == "step":
+            self.command[...] = STEP
         else:
-            command[...] = IDLE
-            command[rows] = RESET
-        chosen = np.zeros(self.num_envs, bool)
-        chosen[rows] = True
+            self.command[...] = IDLE
+            self.command[rows] = RESET
+        chosen = self.command != IDLE
         waiting = []
         for worker, worker_rows in zip(self.workers, self.rows_of):
             if not chosen[worker_rows].any():
@@ -231,10 +236,10 @@ class SharedMemoryTransport:
             if reset_args is None:
                 worker.send(GO, kind)
             else:
-                args = {int(r): reset_args[r] for r in worker_rows if chosen[r]}
+                args = {int(r): reset_args[r] for r in worker_rows if chosen[r] and r in reset_args}
                 worker.send(("commands", args), kind)
             waiting.append(worker)
-        self._waiting, self._kind, self._rows = waiting, kind, rows
+        self._waiting = waiting
 
     def finish(self, deadline: float | None, step: int):
         infos: dict[int, dict] = {}

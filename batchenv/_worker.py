@@ -27,8 +27,10 @@ from multiprocessing.reduction import recv_handle
 
 import numpy as np
 
-# Per-row commands in the shared ``command`` array.
-IDLE, STEP, RESET = 0, 1, 2
+# Per-row commands in the shared ``command`` array. SAME_STEP steps and, when the episode
+# ends, resets at once (Gymnasium's SAME_STEP autoreset); its info is then the tuple
+# ("same_step", final_observ, final_info, reset_info).
+IDLE, STEP, RESET, SAME_STEP = 0, 1, 2, 3
 GO = b"G"
 IDLE_CHECK_SECONDS = 0.5
 
@@ -134,16 +136,21 @@ class Worker:
             if todo == IDLE:
                 continue
             try:
-                if todo == STEP:
-                    observ, rew, term, trunc, info = env.step(read_action(row))
-                    reward[row] = rew
-                    terminated[row] = term
-                    truncated[row] = trunc
-                else:
+                if todo == RESET:
                     seed, options = (
                         reset_args.get(row, (None, None)) if reset_args else (None, None)
                     )
                     observ, info = env.reset(seed=seed, options=options)
+                    reward[row], terminated[row], truncated[row] = 0.0, False, False
+                else:
+                    observ, rew, term, trunc, info = env.step(read_action(row))
+                    reward[row] = rew
+                    terminated[row] = term
+                    truncated[row] = trunc
+                    if todo == SAME_STEP and (term or trunc):
+                        final_observ, final_info = observ, info
+                        observ, info = env.reset()
+                        info = ("same_step", final_observ, final_info, info)
                 write_observ(row, observ)
             except BaseException as error:
                 raise _EnvFailure(row, error) from error

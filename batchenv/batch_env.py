@@ -162,7 +162,31 @@ class BatchEnv:
             raise ValueError(f"reset indices must be unique, got {rows.tolist()}")
         return rows
 
-    def _start(self, kind: str, rows: np.ndarray, leaves, reset_args) -> None:
+    def _exchange(self, command: np.ndarray, actions: Nest | None, reset_args=None, timeout=None):
+        """One round trip with per-row commands (shared-memory kind only; the vector face).
+
+        Returns ``(observ, reward, terminated, truncated, raw_infos)`` for the whole batch,
+        ``raw_infos`` mapping rows to what their env returned.
+        """
+        leaves = None
+        if actions is not None:
+            leaves = batch_spaces.check_actions(
+                self.action_space, actions, self.num_envs, self.check_actions
+            )
+        rows = np.arange(self.num_envs)
+        self._start("mixed", rows, leaves, reset_args, command=command)
+        _, _, raw = self._finish("mixed", timeout)
+        observ, reward, terminated, truncated = self._transport.results("step", rows)
+        self._needs_reset[command != 0] = False
+        return (
+            batch_spaces.unflatten(self.observation_space, observ),
+            reward,
+            terminated,
+            truncated,
+            raw,
+        )
+
+    def _start(self, kind: str, rows: np.ndarray, leaves, reset_args, command=None) -> None:
         self._check_usable(kind)
         if self._pending is not None:
             raise AlreadyPendingCallError(
@@ -170,7 +194,10 @@ class BatchEnv:
                 f"{self._pending[0]}_wait() first"
             )
         try:
-            self._transport.start(kind, rows, leaves, reset_args)
+            if command is None:
+                self._transport.start(kind, rows, leaves, reset_args)
+            else:
+                self._transport.start(kind, rows, leaves, reset_args, command=command)
         except BaseException as error:
             self._break(error)
             raise
@@ -190,6 +217,8 @@ class BatchEnv:
         except BaseException as error:
             self._break(error)
             raise
+        if kind == "mixed":
+            return kind, rows, raw
         return kind, rows, self._assemble(kind, rows, raw)
 
     def _assemble(self, kind: str, rows: np.ndarray, raw):

@@ -65,14 +65,41 @@ def make(
         constructor = env
     else:
         raise TypeError(f"env must be a Gymnasium id or a callable, got {env!r}")
-    groups = np.array_split(np.arange(num_envs), num_workers)
+    return start_workers(
+        [constructor] * int(num_envs),
+        num_workers=num_workers,
+        start_method=start_method,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        check_actions=check_actions,
+        copy=copy,
+    )
+
+
+def start_workers(
+    constructors: list[Callable],
+    *,
+    num_workers: int | None = None,
+    start_method: str = "forkserver",
+    timeout: float | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    check_actions: bool = True,
+    copy: bool = True,
+) -> BatchEnv:
+    """A shared-memory BatchEnv with one env per constructor, grouped over workers."""
+    num_envs = len(constructors)
+    if num_workers is None:
+        num_workers = default_num_workers()
+    if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    groups = np.array_split(np.arange(num_envs), min(int(num_workers), num_envs))
     workers: list[ExternalProcess] = []
     try:
         deadline = time.monotonic() + start_timeout
         for index, rows in enumerate(groups):
             workers.append(
                 ExternalProcess(
-                    [constructor] * len(rows),
+                    [constructors[r] for r in rows],
                     start_method=start_method,
                     start_timeout=start_timeout,
                     timeout=timeout,
@@ -89,3 +116,10 @@ def make(
             worker.terminate()
         raise
     return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
+
+
+def default_num_workers() -> int:
+    """The number of CPU cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
