@@ -118,9 +118,10 @@ class Worker:
         n_act = len(batch_spaces.leaves(action_space))
         observ = [buffers[f"observ{i}"] for i in range(n_obs)]
         action = [buffers[f"action{i}"] for i in range(n_act)]
+        self.row_array = np.asarray(self.rows, dtype=np.int64)
         self.fast = (
             buffers["command"],
-            batch_spaces.make_row_reader(action_space, action),
+            batch_spaces.make_rows_reader(action_space, action),
             batch_spaces.make_row_writer(observation_space, observ),
             buffers["reward"],
             buffers["terminated"],
@@ -128,36 +129,47 @@ class Worker:
         )
 
     def run_commands(self, reset_args: dict | None) -> dict | None:
-        """Execute the shared per-row commands for this worker's envs."""
-        command, read_action, write_observ, reward, terminated, truncated = self.fast
+        """Execute the shared per-row commands for this worker's envs.
+
+        Commands and actions are read with one NumPy call each, and rewards and flags are
+        written back with one call each: per env, only ``env.step`` and the observation
+        write remain.
+        """
+        command, read_actions, write_observ, reward, terminated, truncated = self.fast
+        rows = self.row_array
+        todos = command[rows].tolist()
+        actions = read_actions(rows)
+        rewards = reward[rows].tolist()
+        terms = terminated[rows].tolist()
+        truncs = truncated[rows].tolist()
         infos = None
-        for env, row in zip(self.envs, self.rows):
-            todo = command[row]
+        for k, env in enumerate(self.envs):
+            todo = todos[k]
             if todo == IDLE:
                 continue
             try:
                 if todo == RESET:
                     seed, options = (
-                        reset_args.get(row, (None, None)) if reset_args else (None, None)
+                        reset_args.get(rows[k], (None, None)) if reset_args else (None, None)
                     )
                     observ, info = env.reset(seed=seed, options=options)
-                    reward[row], terminated[row], truncated[row] = 0.0, False, False
+                    rewards[k], terms[k], truncs[k] = 0.0, False, False
                 else:
-                    observ, rew, term, trunc, info = env.step(read_action(row))
-                    reward[row] = rew
-                    terminated[row] = term
-                    truncated[row] = trunc
-                    if todo == SAME_STEP and (term or trunc):
+                    observ, rewards[k], terms[k], truncs[k], info = env.step(actions[k])
+                    if todo == SAME_STEP and (terms[k] or truncs[k]):
                         final_observ, final_info = observ, info
                         observ, info = env.reset()
                         info = ("same_step", final_observ, final_info, info)
-                write_observ(row, observ)
+                write_observ(rows[k], observ)
             except BaseException as error:
-                raise _EnvFailure(row, error) from error
+                raise _EnvFailure(int(rows[k]), error) from error
             if info:
                 if infos is None:
                     infos = {}
-                infos[row] = info
+                infos[int(rows[k])] = info
+        reward[rows] = rewards
+        terminated[rows] = terms
+        truncated[rows] = truncs
         return infos
 
     def handle(self, request: tuple):

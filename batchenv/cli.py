@@ -1,8 +1,8 @@
 """The ``batchenv`` command.
 
-    batchenv demo [--env CartPole-v1] [--num-envs 64] [--steps 200000]
-        step a batchenv.make BatchEnv with random actions, with a progress bar, and print
-        the throughput next to a plain single-process loop.
+batchenv demo [--env CartPole-v1] [--num-envs 64] [--steps 200000]
+    step a batchenv.make BatchEnv with random actions, with a progress bar, and print
+    the throughput next to a plain single-process loop.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def demo(args: argparse.Namespace) -> int:
         env.reset(seed=args.seed)
         iterations = max(1, args.steps // args.num_envs)
         begin = time.perf_counter()
-        with tqdm(total=iterations * args.num_envs, unit="step", unit_scale=True, mininterval=0.5) as bar:
+        with tqdm(
+            total=iterations * args.num_envs, unit="step", unit_scale=True, mininterval=0.5
+        ) as bar:
             for _ in range(iterations):
                 _, reward, terminated, truncated, _ = env.step(
                     _random_actions(env.action_space, args.num_envs, rng)

@@ -131,6 +131,20 @@ def make_row_reader(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[
     return lambda row: unflatten(space, [read(row) for read in readers])
 
 
+def make_rows_reader(
+    space: spaces.Space, buffers: list[np.ndarray]
+) -> Callable[[np.ndarray], list]:
+    """A function ``read(rows)`` giving the list of actions for those rows (one NumPy call
+    for a single Discrete or Box leaf; Discrete actions become Python ints)."""
+    if not isinstance(space, (spaces.Tuple, spaces.Dict)):
+        buffer = buffers[0]
+        if isinstance(space, spaces.Discrete):
+            return lambda rows: buffer[rows].tolist()
+        return lambda rows: list(buffer[rows])
+    read_row = make_row_reader(space, buffers)
+    return lambda rows: [read_row(row) for row in rows]
+
+
 def check_actions(
     space: spaces.Space, actions: Nest, batch_size: int, check_values: bool = True
 ) -> list[np.ndarray]:

@@ -1,0 +1,207 @@
+"""Steps per second of batched Gym envs with random actions, all measured in one run.
+
+Methods (each resets finished envs, so the count includes episode turnover):
+  plain      one process, a Python loop over N envs
+  sync       gymnasium SyncVectorEnv
+  async      gymnasium AsyncVectorEnv (shared memory)
+  per-env    batchenv.BatchEnv of one ExternalProcess per env (the TF Agents way)
+  make/W     batchenv.make with W worker processes, explicit reset(indices) of finished rows
+  vector/W   batchenv.vector.BatchVectorEnv (autoreset, one round trip per step)
+
+Prints a table with each method's steps/s and its ratio to AsyncVectorEnv and to the plain
+loop, then start-up time and memory (RSS and USS of all processes) at N=64.
+
+    python benchmarks/batch_env_throughput.py                  # CartPole and HalfCheetah
+    python benchmarks/batch_env_throughput.py --quick          # fewer sizes, shorter runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import platform
+import time
+
+import gymnasium as gym
+import numpy as np
+import psutil
+
+import batchenv
+from batchenv.vector import BatchVectorEnv
+
+
+def random_actions(space: gym.Space, num_envs: int, count: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.Discrete):
+        return list(rng.integers(0, space.n, size=(count, num_envs)))
+    low, high = space.low, space.high
+    return list(rng.uniform(low, high, size=(count, num_envs, *space.shape)).astype(space.dtype))
+
+
+def timed(step, actions: list, seconds: float, num_envs: int) -> float:
+    """Run ``step(action_batch)`` for about ``seconds`` after a warm-up; steps/s."""
+    for batch in actions[:20]:
+        step(batch)
+    count, begin, i = 0, time.perf_counter(), 0
+    while True:
+        for _ in range(10):
+            step(actions[i % len(actions)])
+            i += 1
+        count += 10
+        elapsed = time.perf_counter() - begin
+        if elapsed >= seconds:
+            return count * num_envs / elapsed
+
+
+def run_plain(env_id, n, actions, seconds):
+    envs = [gym.make(env_id) for _ in range(n)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+
+    def step(batch):
+        for env, action in zip(envs, batch):
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+
+    try:
+        return timed(step, actions, seconds, n)
+    finally:
+        for env in envs:
+            env.close()
+
+
+def run_gym_vector(kind, env_id, n, actions, seconds):
+    fns = [functools.partial(gym.make, env_id)] * n
+    envs = (
+        gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+        if kind == "async"
+        else gym.vector.SyncVectorEnv(fns)
+    )
+    envs.reset(seed=0)
+    try:
+        return timed(envs.step, actions, seconds, n)
+    finally:
+        envs.close()
+
+
+def run_batch(env, n, actions, seconds):
+    env.reset(seed=0)
+
+    def step(batch):
+        _, _, terminated, truncated, _ = env.step(batch)
+        done = terminated | truncated
+        if done.any():
+            env.reset(indices=np.flatnonzero(done))
+
+    try:
+        return timed(step, actions, seconds, n)
+    finally:
+        env.close()
+
+
+def run_vector(env_id, n, workers, actions, seconds):
+    envs = BatchVectorEnv([functools.partial(gym.make, env_id)] * n, num_workers=workers)
+    envs.reset(seed=0)
+    try:
+        return timed(envs.step, actions, seconds, n)
+    finally:
+        envs.close()
+
+
+def run_per_env(env_id, n, actions, seconds):
+    procs = [batchenv.ExternalProcess(functools.partial(gym.make, env_id)) for _ in range(n)]
+    return run_batch(batchenv.BatchEnv(procs), n, actions, seconds)
+
+
+def memory_mb() -> tuple[float, float]:
+    """RSS and USS (MB) of this process and all its descendants."""
+    me = psutil.Process()
+    rss = uss = 0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            info = proc.memory_full_info()
+        except psutil.Error:
+            continue
+        rss += info.rss
+        uss += info.uss
+    return rss / 2**20, uss / 2**20
+
+
+def startup(env_id: str, n: int) -> list[tuple[str, float, float, float]]:
+    rows = []
+    base_rss, base_uss = memory_mb()
+    for name, build in [
+        ("batchenv.make", lambda: batchenv.make(env_id, n)),
+        (
+            "gym AsyncVectorEnv",
+            lambda: gym.vector.AsyncVectorEnv([functools.partial(gym.make, env_id)] * n),
+        ),
+    ]:
+        gc.collect()
+        begin = time.perf_counter()
+        env = build()
+        env.reset(seed=0)
+        seconds = time.perf_counter() - begin
+        rss, uss = memory_mb()
+        rows.append((name, seconds, rss - base_rss, uss - base_uss))
+        env.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--envs", default="CartPole-v1,HalfCheetah-v5")
+    args = parser.parse_args()
+    seconds = args.seconds or (0.5 if args.quick else 1.5)
+    cores = len(os.sched_getaffinity(0))
+    sizes = {"CartPole-v1": [1, 4, 16, 64, 256], "HalfCheetah-v5": [1, 4, 16]}
+    if args.quick:
+        sizes = {"CartPole-v1": [16, 64], "HalfCheetah-v5": [16]}
+    print(
+        f"# batch_env_throughput  {time.strftime('%Y-%m-%d')}  {platform.processor() or platform.machine()}, "
+        f"{cores} cores, python {platform.python_version()}, gymnasium {gym.__version__}"
+    )
+    for env_id in args.envs.split(","):
+        try:
+            probe = gym.make(env_id)
+        except Exception as error:  # e.g. mujoco extra missing
+            print(f"\n{env_id}: skipped ({type(error).__name__}: {error})")
+            continue
+        space = probe.action_space
+        probe.close()
+        print(
+            f"\n## {env_id}  (steps/s; x async = ratio to gymnasium AsyncVectorEnv, x plain = to the plain loop)"
+        )
+        print(f"{'N':>5} {'method':<12} {'steps/s':>12} {'x async':>8} {'x plain':>8}")
+        for n in sizes.get(env_id, [16]):
+            actions = random_actions(space, n, 256)
+            results = {"plain": run_plain(env_id, n, actions, seconds)}
+            results["sync"] = run_gym_vector("sync", env_id, n, actions, seconds)
+            results["async"] = run_gym_vector("async", env_id, n, actions, seconds)
+            if n <= 64:
+                results["per-env"] = run_per_env(env_id, n, actions, seconds)
+            for workers in sorted({1, 2, cores, 4}):
+                if workers <= n:
+                    results[f"make/{workers}"] = run_batch(
+                        batchenv.make(env_id, n, workers), n, actions, seconds
+                    )
+            results[f"vector/{cores}"] = run_vector(env_id, n, cores, actions, seconds)
+            for name, rate in results.items():
+                print(
+                    f"{n:>5} {name:<12} {rate:>12,.0f} {rate / results['async']:>8.2f} {rate / results['plain']:>8.2f}"
+                )
+    print(
+        "\n## start-up and memory at N=64 (CartPole-v1): seconds to build + reset; MB added, all processes"
+    )
+    print(f"{'method':<20} {'start s':>8} {'RSS MB':>8} {'USS MB':>8}")
+    for name, seconds_, rss, uss in startup("CartPole-v1", 64):
+        print(f"{name:<20} {seconds_:>8.2f} {rss:>8.0f} {uss:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()
