@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from batchenv import spaces as batch_spaces
-from batchenv._worker import GO, IDLE, RESET, STEP
+from batchenv._worker import GO, IDLE, RESET, STEP, STEP_AHEAD
 from batchenv.errors import EnvWorkerError, WorkerTimeoutError
 from batchenv.external_process import ExternalProcess, _remaining
 
@@ -176,9 +176,10 @@ def _all_slow(error: WorkerTimeoutError, rows: list[int]) -> WorkerTimeoutError:
 class SharedMemoryTransport:
     """Worker processes hosting several envs each, exchanging data through shared memory."""
 
-    def __init__(self, workers: list[ExternalProcess], copy: bool = True):
+    def __init__(self, workers: list[ExternalProcess], copy: bool = True, reset_ahead: bool = True):
         self.workers = workers
         self.copy = copy
+        self.reset_ahead = reset_ahead
         self.rows_of = [np.asarray(w.rows) for w in workers]
         self.num_envs = sum(len(rows) for rows in self.rows_of)
         check_same_spaces([(w.observation_space, w.action_space) for w in workers], "worker")
@@ -200,6 +201,14 @@ class SharedMemoryTransport:
         n_obs = len(batch_spaces.leaves(self.observation_space))
         n_act = len(batch_spaces.leaves(self.action_space))
         self.observ = [buffers[f"observ{i}"] for i in range(n_obs)]
+        self.ahead = [buffers[f"ahead{i}"] for i in range(n_obs)]
+        # Rows whose env was reset ahead (after the step that ended its episode), with the
+        # reset infos; reset(indices) of such rows without seed or options is free.
+        self.ready = np.zeros(self.num_envs, bool)
+        self.ready_infos: dict[int, dict] = {}
+        self._step_command = np.full(self.num_envs, STEP_AHEAD if reset_ahead else STEP, np.uint8)
+        self._kind = "step"
+        self._from_ahead = np.zeros(0, bool)
         self.actions = [buffers[f"action{i}"] for i in range(n_act)]
         self.command = buffers["command"]
         self.reward, self.terminated, self.truncated = (
@@ -221,13 +230,17 @@ class SharedMemoryTransport:
         if actions is not None:
             for buffer, part in zip(self.actions, actions):
                 buffer[...] = part
+        self._kind = kind
         if command is not None:
             self.command[...] = command
         elif kind == "step":
-            self.command[...] = STEP
+            self.command[...] = self._step_command
         else:
+            self._from_ahead = self.ready[rows] if reset_args is None else np.zeros(len(rows), bool)
+            self._reset_rows = rows
             self.command[...] = IDLE
-            self.command[rows] = RESET
+            self.command[rows[~self._from_ahead]] = RESET
+        self.ready[self.command != IDLE] = False
         chosen = self.command != IDLE
         waiting = []
         for worker, worker_rows in zip(self.workers, self.rows_of):
@@ -254,7 +267,23 @@ class SharedMemoryTransport:
                 raise _all_slow(error, slow or list(worker.rows)) from error
             if reply:
                 infos.update(reply)
+        if self._kind == "step" and self.reset_ahead:
+            done = np.flatnonzero((self.terminated | self.truncated) & (self.command == STEP_AHEAD))
+            self.ready[done] = True
+            for row in done.tolist():
+                info = infos.get(row)
+                if isinstance(info, tuple) and info and info[0] == "reset_ahead":
+                    infos[row], self.ready_infos[row] = info[1], info[2]
+                else:
+                    self.ready_infos.pop(row, None)
+        elif self._kind == "reset" and self._from_ahead.any():
+            for row in self._rows_ahead():
+                infos[row] = self.ready_infos.pop(row, {})
+                self.ready[row] = False
         return infos
+
+    def _rows_ahead(self) -> list[int]:
+        return [int(r) for r in self._reset_rows[self._from_ahead]]
 
     def results(self, kind: str, rows: np.ndarray):
         """Copies (or views) of the shared results for ``rows``."""
@@ -267,7 +296,15 @@ class SharedMemoryTransport:
                     self.truncated.copy(),
                 )
             return self.observ, self.reward, self.terminated, self.truncated
-        return [b[rows] for b in self.observ]
+        from_ahead = self._from_ahead
+        if not from_ahead.any():
+            return [b[rows] for b in self.observ]
+        result = []
+        for observ, ahead in zip(self.observ, self.ahead):
+            part = observ[rows]
+            part[from_ahead] = ahead[rows[from_ahead]]
+            result.append(part)
+        return result
 
     def call(self, row: int, name: str, args: tuple, kwargs: dict):
         worker, slot = self._locate(row)
@@ -316,6 +353,9 @@ def _allocate(observation_space, action_space, num_envs: int):
     for i, leaf in enumerate(batch_spaces.leaves(observation_space)):
         shape, dtype = batch_spaces.leaf_layout(leaf)
         fields.append((f"observ{i}", (num_envs, *shape), dtype))
+    for i, leaf in enumerate(batch_spaces.leaves(observation_space)):
+        shape, dtype = batch_spaces.leaf_layout(leaf)
+        fields.append((f"ahead{i}", (num_envs, *shape), dtype))
     for i, leaf in enumerate(batch_spaces.leaves(action_space)):
         shape, dtype = batch_spaces.leaf_layout(leaf)
         fields.append((f"action{i}", (num_envs, *shape), dtype))

@@ -30,7 +30,10 @@ import numpy as np
 # Per-row commands in the shared ``command`` array. SAME_STEP steps and, when the episode
 # ends, resets at once (Gymnasium's SAME_STEP autoreset); its info is then the tuple
 # ("same_step", final_observ, final_info, reset_info).
-IDLE, STEP, RESET, SAME_STEP = 0, 1, 2, 3
+# STEP_AHEAD steps and, when the episode ends, keeps the terminal observation in ``observ``
+# and resets at once into the ``ahead`` buffers, so the parent's later reset(indices) needs
+# no round trip; its info is then ("reset_ahead", step_info, reset_info).
+IDLE, STEP, RESET, SAME_STEP, STEP_AHEAD = 0, 1, 2, 3, 4
 GO = b"G"
 IDLE_CHECK_SECONDS = 0.5
 
@@ -117,12 +120,14 @@ class Worker:
         n_obs = len(batch_spaces.leaves(observation_space))
         n_act = len(batch_spaces.leaves(action_space))
         observ = [buffers[f"observ{i}"] for i in range(n_obs)]
+        ahead = [buffers[f"ahead{i}"] for i in range(n_obs)]
         action = [buffers[f"action{i}"] for i in range(n_act)]
         self.row_array = np.asarray(self.rows, dtype=np.int64)
         self.fast = (
             buffers["command"],
             batch_spaces.make_rows_reader(action_space, action),
             batch_spaces.make_row_writer(observation_space, observ),
+            batch_spaces.make_row_writer(observation_space, ahead),
             buffers["reward"],
             buffers["terminated"],
             buffers["truncated"],
@@ -135,7 +140,7 @@ class Worker:
         written back with one call each: per env, only ``env.step`` and the observation
         write remain.
         """
-        command, read_actions, write_observ, reward, terminated, truncated = self.fast
+        command, read_actions, write_observ, write_ahead, reward, terminated, truncated = self.fast
         rows = self.row_array
         todos = command[rows].tolist()
         actions = read_actions(rows)
@@ -160,6 +165,11 @@ class Worker:
                         final_observ, final_info = observ, info
                         observ, info = env.reset()
                         info = ("same_step", final_observ, final_info, info)
+                    elif todo == STEP_AHEAD and (terms[k] or truncs[k]):
+                        next_observ, next_info = env.reset()
+                        write_ahead(rows[k], next_observ)
+                        if info or next_info:
+                            info = ("reset_ahead", info, next_info)
                 write_observ(rows[k], observ)
             except BaseException as error:
                 raise _EnvFailure(int(rows[k]), error) from error

@@ -17,6 +17,7 @@ a typed error naming the worker, the env and the step; later calls say since whe
 from __future__ import annotations
 
 import time
+from types import MappingProxyType
 from collections.abc import Sequence
 from typing import Any
 
@@ -148,6 +149,10 @@ class BatchEnv:
     def step_wait(self, timeout: float | None = None):
         _, _, results = self._finish("step", timeout)
         self.steps += 1
+        if getattr(self._transport, "reset_ahead", False):
+            # Finished envs were already reset in their worker: they must be reset() here
+            # (free) before the next step, so no episode silently runs on.
+            self._needs_reset |= results[2] | results[3]
         return results
 
     # ------------------------------------------------------------------ machinery
@@ -242,7 +247,7 @@ class BatchEnv:
                 self._write_checked(writer, i, obs, rows[i])
                 infos.append(info)
             return batch_spaces.unflatten(space, observ), tuple(infos)
-        infos = tuple(raw.get(int(r), {}) for r in rows)
+        infos = _infos_for(rows, raw)
         if kind == "step":
             observ, reward, terminated, truncated = transport.results(kind, rows)
             return batch_spaces.unflatten(space, observ), reward, terminated, truncated, infos
@@ -324,6 +329,23 @@ class BatchEnv:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"BatchEnv({self.num_envs} envs, {self.observation_space}, {self.action_space}, {state})"
+
+
+EMPTY_INFO = MappingProxyType({})
+
+
+def _infos_for(rows: np.ndarray, raw: dict) -> tuple:
+    """One info per row: the env's dict, or a shared read-only empty mapping."""
+    infos = [EMPTY_INFO] * len(rows)
+    if raw:
+        position = {int(r): i for i, r in enumerate(rows)} if len(raw) < len(rows) else None
+        for row, info in raw.items():
+            index = (
+                position.get(row) if position is not None else int(np.flatnonzero(rows == row)[0])
+            )
+            if index is not None:
+                infos[index] = info
+    return tuple(infos)
 
 
 class _RowHandle:

@@ -29,6 +29,8 @@ def make(
     start_timeout: float = DEFAULT_START_TIMEOUT,
     check_actions: bool = True,
     copy: bool = True,
+    pin_workers: bool | None = None,
+    reset_ahead: bool = True,
     **env_kwargs,
 ) -> BatchEnv:
     """Build a BatchEnv of ``num_envs`` envs spread over ``num_workers`` processes.
@@ -45,6 +47,13 @@ def make(
         check_actions: check that actions are finite and inside the action space.
         copy: return copies of the results (safe to keep); False returns views into
             shared memory, valid until the next step.
+        reset_ahead: reset an env in its worker right after the step that ended its episode
+            (the terminal observation is still returned by that step), so that
+            ``reset(indices)`` of finished rows without seed or options costs no round trip.
+            Finished rows must then be reset before the next step (NotResetError).
+            Set False to inspect a finished env (render, get_attr) before its reset.
+        pin_workers: pin worker i to CPU core i (mod cores) so the kernel never stacks two
+            busy workers on one core; None pins when num_workers <= cores.
     """
     if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -73,6 +82,8 @@ def make(
         start_timeout=start_timeout,
         check_actions=check_actions,
         copy=copy,
+        pin_workers=pin_workers,
+        reset_ahead=reset_ahead,
     )
 
 
@@ -85,6 +96,8 @@ def start_workers(
     start_timeout: float = DEFAULT_START_TIMEOUT,
     check_actions: bool = True,
     copy: bool = True,
+    pin_workers: bool | None = None,
+    reset_ahead: bool = False,
 ) -> BatchEnv:
     """A shared-memory BatchEnv with one env per constructor, grouped over workers."""
     num_envs = len(constructors)
@@ -110,7 +123,9 @@ def start_workers(
             )
         for worker in workers:
             worker.wait_started(max(0.0, deadline - time.monotonic()))
-        transport = SharedMemoryTransport(workers, copy=copy)
+        if pin_workers or (pin_workers is None and len(workers) <= default_num_workers()):
+            _pin(workers)
+        transport = SharedMemoryTransport(workers, copy=copy, reset_ahead=reset_ahead)
     except BaseException:
         for worker in workers:
             worker.terminate()
@@ -123,3 +138,15 @@ def default_num_workers() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def _pin(workers: list[ExternalProcess]) -> None:
+    """Give worker i its own core (round robin over the cores this process may use)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    for index, worker in enumerate(workers):
+        try:
+            os.sched_setaffinity(worker.pid, {cores[index % len(cores)]})
+        except OSError:  # not permitted here: pinning is only a speed-up
+            return

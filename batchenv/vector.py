@@ -32,7 +32,8 @@ class BatchVectorEnv(VectorEnv):
     Args:
         env_fns: one constructor per env.
         autoreset_mode: ``AutoresetMode`` (or its string value); NEXT_STEP by default.
-        num_workers, start_method, timeout, check_actions, copy: as in ``batchenv.make``.
+        num_workers, start_method, timeout, check_actions, copy, pin_workers: as in
+            ``batchenv.make``.
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class BatchVectorEnv(VectorEnv):
         timeout: float | None = None,
         check_actions: bool = True,
         copy: bool = True,
+        pin_workers: bool | None = None,
     ):
         env_fns = list(env_fns)
         if not env_fns:
@@ -57,6 +59,7 @@ class BatchVectorEnv(VectorEnv):
             timeout=timeout,
             check_actions=check_actions,
             copy=copy,
+            pin_workers=pin_workers,
         )
         self.num_envs = len(env_fns)
         self.single_observation_space = self._batch.observation_space
