@@ -98,10 +98,7 @@ class Worker:
         self.fast = None
 
     def build(self, constructors: list) -> list:
-        try:  # TEMP until compat lands
-            from batchenv.compat import to_gymnasium
-        except ImportError:
-            to_gymnasium = lambda env: env  # noqa: E731
+        from batchenv.compat import to_gymnasium
 
         for row, constructor in zip(self.rows, constructors):
             try:

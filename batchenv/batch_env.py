@@ -143,7 +143,10 @@ class BatchEnv:
         )
         if self._needs_reset.any():
             rows = np.flatnonzero(self._needs_reset).tolist()
-            raise NotResetError(f"step() called before reset() for envs {rows}; call reset() first")
+            raise NotResetError(
+                f"step() called for envs {rows} that need a reset (never reset, or their "
+                "episode ended at the last step); call reset(indices=...) first"
+            )
         self._start("step", np.arange(self.num_envs), leaves, None)
 
     def step_wait(self, timeout: float | None = None):
