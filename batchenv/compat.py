@@ -84,8 +84,9 @@ class LegacyGymEnv(gymnasium.Env):
     returns ``(obs, {})``. ``step`` returns ``(obs, reward, terminated, truncated, info)``
     with ``truncated = info.get("TimeLimit.truncated", False)`` and
     ``terminated = done and not truncated``; ``info`` is a copy. The spaces are converted
-    once, at construction. ``render()`` and ``close()`` are forwarded; the legacy env is
-    ``self.env``.
+    once, at construction; the legacy metadata keys ``render.modes`` and
+    ``video.frames_per_second`` are also given their Gymnasium names. ``render()`` and
+    ``close()`` are forwarded; the legacy env is ``self.env``.
 
     Args:
         env: the legacy env.
@@ -120,6 +121,8 @@ class LegacyGymEnv(gymnasium.Env):
         self.action_space = convert_space(env.action_space)
         metadata = dict(getattr(env, "metadata", None) or {})
         metadata.setdefault("render_modes", list(metadata.get("render.modes", [])))
+        if "video.frames_per_second" in metadata:  # the legacy name of render_fps
+            metadata.setdefault("render_fps", metadata["video.frames_per_second"])
         self.metadata = metadata
         self.render_mode = render_mode
 

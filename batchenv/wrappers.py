@@ -194,7 +194,8 @@ def _narrow_space(space: spaces.Space, path: str) -> spaces.Space:
     if isinstance(space, spaces.Box):
         if dtype == np.int64:
             _check_int32([space.low.min(), space.high.max()], space, path)
-        return spaces.Box(space.low.astype(_NARROW[dtype]), space.high.astype(_NARROW[dtype]))
+        new = _NARROW[dtype]
+        return spaces.Box(space.low.astype(new), space.high.astype(new), dtype=new)
     if isinstance(space, spaces.Discrete):
         _check_int32([space.start, space.start + space.n - 1], space, path)
         return spaces.Discrete(int(space.n), start=int(space.start), dtype=np.int32)
@@ -232,7 +233,8 @@ class ConvertTo32Bit(gymnasium.Wrapper, RecordConstructorArgs):
             return space.dtype.type(value)
         if not isinstance(space, (spaces.Box, spaces.MultiDiscrete)):
             return value
-        array = np.asarray(value).astype(space.dtype, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is caught below
+            array = np.asarray(value).astype(space.dtype, copy=False)
         if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
             raise ValueError(
                 f"ConvertTo32Bit: env.{call} returned a non-finite observation: {value!r}"
@@ -332,7 +334,9 @@ class FrameDelta(gymnasium.Wrapper, RecordConstructorArgs):
         box = _require_box(env.observation_space, "FrameDelta", "observation")
         low, high = box.low.astype(np.float64), box.high.astype(np.float64)
         self._dtype = _float_dtype(box.dtype)
-        self.observation_space = spaces.Box(low - high, high - low, dtype=self._dtype)
+        with np.errstate(over="ignore"):  # float32-max bounds: their span is inf, correctly
+            low, high = (low - high).astype(self._dtype), (high - low).astype(self._dtype)
+        self.observation_space = spaces.Box(low, high, dtype=self._dtype)
         self._last: np.ndarray | None = None
 
     def reset(
