@@ -1,1 +1,18 @@
-"""Batched torch and Triton environments, installed as ``batchenv.kernels``."""
+"""Batched torch and Triton environments, installed as ``batchenv.kernels``.
+
+The classic-control envs reproduce Gymnasium's CartPole-v1, Pendulum-v1,
+MountainCarContinuous-v0 and Acrobot-v1 as InGraphEnvs (``batchenv.in_graph.env``)::
+
+    >>> import torch
+    >>> from batchenv.kernels import CartPole
+    >>> env = CartPole(num_envs=4, seed=0)
+    >>> observ = env.reset(torch.arange(4))
+    >>> observ, reward, terminated, truncated = env.step(torch.zeros(4, dtype=torch.int64))
+"""
+
+from .acrobot import Acrobot
+from .cartpole import CartPole
+from .mountain_car import MountainCarContinuous
+from .pendulum import Pendulum
+
+__all__ = ["Acrobot", "CartPole", "MountainCarContinuous", "Pendulum"]
