@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import os
 import platform
 import time
 
 import gymnasium as gym
 import numpy as np
-import psutil
 
 import batchenv
 from batchenv.vector import BatchVectorEnv
@@ -116,38 +114,45 @@ def run_per_env(env_id, n, actions, seconds):
     return run_batch(batchenv.BatchEnv(procs), n, actions, seconds)
 
 
-def memory_mb() -> tuple[float, float]:
-    """RSS and USS (MB) of this process and all its descendants."""
-    me = psutil.Process()
-    rss = uss = 0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            info = proc.memory_full_info()
-        except psutil.Error:
-            continue
-        rss += info.rss
-        uss += info.uss
-    return rss / 2**20, uss / 2**20
+_STARTUP_SCRIPT = """
+import json, sys, time, functools
+import torch  # a training script has torch; the workers must not pay for it
+import gymnasium as gym, psutil
+import batchenv
+env_id, n, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+begin = time.perf_counter()
+if kind == "batchenv.make":
+    env = batchenv.make(env_id, n)
+else:
+    env = gym.vector.AsyncVectorEnv([functools.partial(gym.make, env_id)] * n)
+env.reset(seed=0)
+seconds = time.perf_counter() - begin
+rss = uss = 0
+children = psutil.Process().children(recursive=True)
+for proc in children:
+    info = proc.memory_full_info()
+    rss, uss = rss + info.rss, uss + info.uss
+env.close()
+print(json.dumps([seconds, len(children), rss / 2**20, uss / 2**20]))
+"""
 
 
-def startup(env_id: str, n: int) -> list[tuple[str, float, float, float]]:
+def startup(env_id: str, n: int) -> list[tuple[str, float, int, float, float]]:
+    """Start-up seconds and the memory of the child processes, each in a fresh interpreter."""
+    import json
+    import subprocess
+    import sys
+
     rows = []
-    base_rss, base_uss = memory_mb()
-    for name, build in [
-        ("batchenv.make", lambda: batchenv.make(env_id, n)),
-        (
-            "gym AsyncVectorEnv",
-            lambda: gym.vector.AsyncVectorEnv([functools.partial(gym.make, env_id)] * n),
-        ),
-    ]:
-        gc.collect()
-        begin = time.perf_counter()
-        env = build()
-        env.reset(seed=0)
-        seconds = time.perf_counter() - begin
-        rss, uss = memory_mb()
-        rows.append((name, seconds, rss - base_rss, uss - base_uss))
-        env.close()
+    for kind in ("batchenv.make", "gym AsyncVectorEnv"):
+        out = subprocess.run(
+            [sys.executable, "-c", _STARTUP_SCRIPT, env_id, str(n), kind],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        rows.append((kind, *json.loads(out.stdout.strip().splitlines()[-1])))
     return rows
 
 
@@ -162,10 +167,9 @@ def main() -> None:
     sizes = {"CartPole-v1": [1, 4, 16, 64, 256], "HalfCheetah-v5": [1, 4, 16]}
     if args.quick:
         sizes = {"CartPole-v1": [16, 64], "HalfCheetah-v5": [16]}
-    print(
-        f"# batch_env_throughput  {time.strftime('%Y-%m-%d')}  {platform.processor() or platform.machine()}, "
-        f"{cores} cores, python {platform.python_version()}, gymnasium {gym.__version__}"
-    )
+    machine = platform.processor() or platform.machine()
+    print(f"# batch_env_throughput  {time.strftime('%Y-%m-%d')}  {machine}, {cores} cores")
+    print(f"# python {platform.python_version()}, gymnasium {gym.__version__}")
     for env_id in args.envs.split(","):
         try:
             probe = gym.make(env_id)
@@ -174,9 +178,7 @@ def main() -> None:
             continue
         space = probe.action_space
         probe.close()
-        print(
-            f"\n## {env_id}  (steps/s; x async = ratio to gymnasium AsyncVectorEnv, x plain = to the plain loop)"
-        )
+        print(f"\n## {env_id}  (steps/s; ratios to gymnasium AsyncVectorEnv and to the plain loop)")
         print(f"{'N':>5} {'method':<12} {'steps/s':>12} {'x async':>8} {'x plain':>8}")
         for n in sizes.get(env_id, [16]):
             actions = random_actions(space, n, 256)
@@ -187,20 +189,20 @@ def main() -> None:
                 results["per-env"] = run_per_env(env_id, n, actions, seconds)
             for workers in sorted({1, 2, cores, 4}):
                 if workers <= n:
-                    results[f"make/{workers}"] = run_batch(
-                        batchenv.make(env_id, n, workers), n, actions, seconds
-                    )
+                    env = batchenv.make(env_id, n, workers)
+                    results[f"make/{workers}"] = run_batch(env, n, actions, seconds)
             results[f"vector/{cores}"] = run_vector(env_id, n, cores, actions, seconds)
+            async_, plain = results["async"], results["plain"]
             for name, rate in results.items():
-                print(
-                    f"{n:>5} {name:<12} {rate:>12,.0f} {rate / results['async']:>8.2f} {rate / results['plain']:>8.2f}"
-                )
+                ratios = f"{rate / async_:>8.2f} {rate / plain:>8.2f}"
+                print(f"{n:>5} {name:<12} {rate:>12,.0f} {ratios}")
     print(
-        "\n## start-up and memory at N=64 (CartPole-v1): seconds to build + reset; MB added, all processes"
+        "\n## start-up and memory at N=64 (CartPole-v1), in a fresh interpreter that imported torch"
     )
-    print(f"{'method':<20} {'start s':>8} {'RSS MB':>8} {'USS MB':>8}")
-    for name, seconds_, rss, uss in startup("CartPole-v1", 64):
-        print(f"{name:<20} {seconds_:>8.2f} {rss:>8.0f} {uss:>8.0f}")
+    print("## seconds to build + reset; child processes; their summed RSS and USS (MB)")
+    print(f"{'method':<20} {'start s':>8} {'procs':>6} {'RSS MB':>8} {'USS MB':>8}")
+    for name, seconds_, procs, rss, uss in startup("CartPole-v1", 64):
+        print(f"{name:<20} {seconds_:>8.2f} {procs:>6} {rss:>8.0f} {uss:>8.0f}")
 
 
 if __name__ == "__main__":
