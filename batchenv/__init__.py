@@ -21,6 +21,7 @@ from batchenv.errors import (
     ClosedError,
     EnvWorkerError,
     NoPendingCallError,
+    NotResetError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "EnvWorkerError",
     "ExternalProcess",
     "NoPendingCallError",
+    "NotResetError",
     "WorkerDiedError",
     "WorkerTimeoutError",
     "make",

@@ -45,10 +45,13 @@ def _child_environment() -> dict:
 class WorkerProcess:
     """A started worker: ``conn`` talks to it; ``exitcode()``, ``kill()`` and ``join()``."""
 
-    def __init__(self, pid: int, conn: Connection, popen: subprocess.Popen | None):
+    def __init__(
+        self, pid: int, conn: Connection, popen: subprocess.Popen | None, server: _ForkServer | None
+    ):
         self.pid = pid
         self.conn = conn
         self._popen = popen
+        self._server = server  # the fork server that forked it (it reaps the worker)
         self._exitcode: int | None = None
 
     def exitcode(self, wait: float = 0.0) -> int | None:
@@ -60,7 +63,9 @@ class WorkerProcess:
             if self._popen is not None:
                 code = self._popen.poll()
             else:
-                code = _fork_server().exit_status(self.pid)
+                code = self._server.exit_status(self.pid) if self._server.alive() else None
+                if code is None and not self._server.alive() and not _pid_alive(self.pid):
+                    break  # its server died: the status is lost, but it is gone
             if code is not None or time.monotonic() >= deadline:
                 break
             time.sleep(0.005)
@@ -98,10 +103,13 @@ def start_worker(start_method: str = "forkserver") -> WorkerProcess:
             pid = popen.pid
         else:
             popen = None
-            pid = _fork_server().fork(child_sock.fileno())
+            server = _fork_server()
+            pid = server.fork(child_sock.fileno())
     finally:
         child_sock.close()
-    return WorkerProcess(pid, Connection(parent_sock.detach()), popen)
+    return WorkerProcess(
+        pid, Connection(parent_sock.detach()), popen, server if popen is None else None
+    )
 
 
 # ----------------------------------------------------------------------------- fork server
@@ -116,6 +124,7 @@ class _ForkServer:
     """
 
     RUNNING = -(2**31)
+    UNKNOWN = -(2**31) + 1
 
     def __init__(self):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -142,10 +151,14 @@ class _ForkServer:
             return struct.unpack("q", _recv_exact(self.sock, 8))[0]
 
     def exit_status(self, pid: int) -> int | None:
-        with self.lock:
-            socket.send_fds(self.sock, [b"W" + struct.pack("q", pid)], [])
-            code = struct.unpack("q", _recv_exact(self.sock, 8))[0]
-        return None if code == self.RUNNING else code
+        """Exit status of a worker it forked; None while running or when unknown."""
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [b"W" + struct.pack("q", pid)], [])
+                code = struct.unpack("q", _recv_exact(self.sock, 8))[0]
+        except (ConnectionError, OSError):
+            return None
+        return None if code in (self.RUNNING, self.UNKNOWN) else code
 
     def stop(self) -> None:
         try:
@@ -180,6 +193,24 @@ def fork_server_pid() -> int | None:
 def _stop_fork_server() -> None:
     if _SERVER is not None:
         _SERVER.stop()
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, which may never be reaped here, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def _recv_exact(sock: socket.socket, count: int) -> bytes:
@@ -235,7 +266,9 @@ def serve_forks(fd: int, pdeathsig: bool) -> None:
         elif message[:1] == b"W":
             pid = struct.unpack("q", message[1:9])[0]
             _reap(children, statuses)
-            status = statuses.get(pid, _ForkServer.RUNNING if pid in children else -1)
+            status = statuses.get(
+                pid, _ForkServer.RUNNING if pid in children else _ForkServer.UNKNOWN
+            )
             sock.sendall(struct.pack("q", status))
     os._exit(0)
 

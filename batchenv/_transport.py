@@ -50,13 +50,27 @@ class ListTransport:
         self.envs = list(envs)
         self.blocking = blocking
         self.num_envs = len(self.envs)
+        for row, env in enumerate(self.envs):
+            if isinstance(env, ExternalProcess):
+                if len(env.rows) != 1:
+                    raise ValueError(
+                        f"env {row} is an ExternalProcess hosting {len(env.rows)} envs; a BatchEnv "
+                        "takes one env per ExternalProcess (use batchenv.make for groups)"
+                    )
+                env.worker_index, env.rows = row, [row]  # errors then name the batch row
         check_same_spaces([(env.observation_space, env.action_space) for env in self.envs])
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self._pending: list = []
 
     def start(
-        self, kind: str, rows: np.ndarray, actions: list[np.ndarray] | None, reset_args
+        self,
+        kind: str,
+        rows: np.ndarray,
+        actions: list[np.ndarray] | None,
+        reset_args,
+        command: None = None,
+        step: int | None = None,
     ) -> None:
         read = (
             batch_spaces.make_row_reader(self.action_space, actions)
@@ -85,10 +99,10 @@ class ListTransport:
         results, pending, self._pending = [], self._pending, []
         for index, (row, promise) in enumerate(pending):
             try:
-                results.append(promise(_remaining(deadline)) if deadline is not None else promise())
+                results.append(promise(_remaining(deadline), step=step))
             except WorkerTimeoutError as error:
-                slow = [r for r, p in pending[index:] if not _ready(p)]
-                raise _all_slow(error, slow or [row]) from error
+                slow = [int(row)] + [int(r) for r, p in pending[index + 1 :] if not _ready(p)]
+                raise _all_slow(error, slow) from error
             except EnvWorkerError:
                 raise
             except Exception as error:
@@ -149,7 +163,7 @@ class _Immediate:
     def __init__(self, call, row: int, kind: str):
         self.call, self.row, self.kind = call, row, kind
 
-    def __call__(self, timeout: float | None = None):
+    def __call__(self, timeout: float | None = None, *, step: int | None = None):
         return self.call()
 
 
@@ -166,8 +180,8 @@ def _all_slow(error: WorkerTimeoutError, rows: list[int]) -> WorkerTimeoutError:
         f"envs {rows} did not answer within the deadline at step {error.step}; their workers "
         f"were terminated (first: {error})",
         worker=error.worker,
-        env_index=rows[0],
-        env_indices=tuple(rows),
+        env_index=int(rows[0]),
+        env_indices=tuple(int(r) for r in rows),
         step=error.step,
         env_description=error.env_description,
     )
@@ -225,6 +239,7 @@ class SharedMemoryTransport:
         actions: list[np.ndarray] | None,
         reset_args,
         command: np.ndarray | None = None,
+        step: int | None = None,
     ) -> None:
         """Wake the workers owning ``rows``: a step, a reset, or the given per-row commands."""
         if actions is not None:
@@ -247,10 +262,10 @@ class SharedMemoryTransport:
             if not chosen[worker_rows].any():
                 continue
             if reset_args is None:
-                worker.send(GO, kind)
+                worker.send(GO, kind, step=step)
             else:
                 args = {int(r): reset_args[r] for r in worker_rows if chosen[r] and r in reset_args}
-                worker.send(("commands", args), kind)
+                worker.send(("commands", args), kind, step=step)
             waiting.append(worker)
         self._waiting = waiting
 
@@ -263,8 +278,11 @@ class SharedMemoryTransport:
                     _remaining(deadline) if deadline is not None else None, step=step
                 )
             except WorkerTimeoutError as error:
-                slow = [int(r) for w in waiting[index:] if not _worker_ready(w) for r in w.rows]
-                raise _all_slow(error, slow or list(worker.rows)) from error
+                slow = [int(r) for r in worker.rows]
+                slow += [
+                    int(r) for w in waiting[index + 1 :] if not _worker_ready(w) for r in w.rows
+                ]
+                raise _all_slow(error, slow) from error
             if reply:
                 infos.update(reply)
         if self._kind == "step" and self.reset_ahead:

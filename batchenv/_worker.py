@@ -222,7 +222,7 @@ class Worker:
                 except _EnvFailure as failure:
                     conn.send_bytes(error_reply(failure.row, failure.error))
                     continue
-                conn.send_bytes(b"" if infos is None else _dump_ok(infos, self.rows[0]))
+                conn.send_bytes(b"" if infos is None else _dump_infos(infos))
                 continue
             request = pickle.loads(message)
             if request[0] == "close":
@@ -236,7 +236,11 @@ class Worker:
             except BaseException as error:
                 conn.send_bytes(error_reply(None, error))
                 continue
-            conn.send_bytes(_dump_ok(result, None))
+            if request[0] == "commands" and result:
+                conn.send_bytes(_dump_infos(result))
+            else:
+                row = self.rows[request[1]] if request[0] in ("call", "getattr") else None
+                conn.send_bytes(_dump_ok(result, row))
 
 
 class _EnvFailure(Exception):
@@ -252,6 +256,20 @@ def _dump_ok(result, row: int | None) -> bytes:
     except Exception as error:  # an unpicklable reply is the env's fault; say so
         wrapped = TypeError(f"the worker's reply could not be pickled: {error}")
         return error_reply(row, wrapped)
+
+
+def _dump_infos(infos: dict) -> bytes:
+    """Pickle the per-row infos; when one cannot be pickled, blame its row."""
+    try:
+        return pickle.dumps(("ok", infos))
+    except Exception:
+        for row, info in infos.items():
+            try:
+                pickle.dumps(info)
+            except Exception as error:
+                wrapped = TypeError(f"the info returned by env {row} could not be pickled: {error}")
+                return error_reply(row, wrapped)
+        return _dump_ok(infos, None)
 
 
 def _get_env_attr(env, name: str, row: int):

@@ -17,8 +17,8 @@ a typed error naming the worker, the env and the step; later calls say since whe
 from __future__ import annotations
 
 import time
-from types import MappingProxyType
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,7 @@ class BatchEnv:
         if seed is None or isinstance(seed, (int, np.integer)):
             seeds = [None if seed is None else int(seed) + int(r) for r in rows]
         else:
-            seeds = list(seed)
+            seeds = [None if s is None else int(s) for s in seed]
             if len(seeds) != len(rows):
                 raise ValueError(f"got {len(seeds)} seeds for {len(rows)} envs to reset")
         needs_args = any(s is not None for s in seeds) or options is not None
@@ -202,10 +202,7 @@ class BatchEnv:
                 f"{self._pending[0]}_wait() first"
             )
         try:
-            if command is None:
-                self._transport.start(kind, rows, leaves, reset_args)
-            else:
-                self._transport.start(kind, rows, leaves, reset_args, command=command)
+            self._transport.start(kind, rows, leaves, reset_args, command=command, step=self.steps)
         except BaseException as error:
             self._break(error)
             raise
@@ -260,8 +257,13 @@ class BatchEnv:
         try:
             writer(i, obs)
         except ValueError as error:
+            in_worker = hasattr(self._transport, "envs") and hasattr(
+                self._transport.envs[row], "pid"
+            )
+            where = f"worker {row} ({self._transport.envs[row].description}), " if in_worker else ""
             failure = EnvWorkerError(
-                f"env {row} returned a bad observation at step {self.steps}: {error}",
+                f"{where}env {row} returned a bad observation at step {self.steps}: {error}",
+                worker=int(row) if in_worker else None,
                 env_index=int(row),
                 step=self.steps,
                 remote_type="ValueError",
@@ -270,7 +272,7 @@ class BatchEnv:
             raise failure from error
 
     def _break(self, error: BaseException) -> None:
-        if isinstance(error, (AlreadyPendingCallError, NoPendingCallError, ClosedError)):
+        if isinstance(error, (AlreadyPendingCallError, NoPendingCallError)):
             return
         self._broken = error
         self._pending = None
@@ -290,23 +292,34 @@ class BatchEnv:
 
     def call(self, name: str, *args, **kwargs) -> tuple:
         """Call ``env.name(*args, **kwargs)`` on every env; returns the results per env."""
-        self._check_usable("call")
-        return tuple(self._transport.call(i, name, args, kwargs) for i in range(self.num_envs))
+        return tuple(self._on_env(i, "call", name, args, kwargs) for i in range(self.num_envs))
 
     def get_attr(self, name: str) -> tuple:
         """Read attribute ``name`` of every env."""
-        self._check_usable("get_attr")
-        return tuple(self._transport.get_attr(i, name) for i in range(self.num_envs))
+        return tuple(self._on_env(i, "get_attr", name) for i in range(self.num_envs))
 
     def set_attr(self, name: str, values: Any | Sequence[Any]) -> None:
         """Set attribute ``name`` on every env (one value each when a list/tuple)."""
-        self._check_usable("set_attr")
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"got {len(values)} values for {self.num_envs} envs")
         for i, value in enumerate(values):
-            self._transport.set_attr(i, name, value)
+            self._on_env(i, "set_attr", name, value)
+
+    def _on_env(self, row: int, method: str, *args):
+        """Run a transport call for one env; a worker failure breaks the batch."""
+        self._check_usable(method)
+        if self._pending is not None:
+            raise AlreadyPendingCallError(
+                f"{method}() called while a {self._pending[0]} is pending; call "
+                f"{self._pending[0]}_wait() first"
+            )
+        try:
+            return getattr(self._transport, method)(row, *args)
+        except (EnvWorkerError, ClosedError) as error:
+            self._break(error)
+            raise
 
     # ------------------------------------------------------------------ shutdown
 
@@ -331,7 +344,8 @@ class BatchEnv:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"BatchEnv({self.num_envs} envs, {self.observation_space}, {self.action_space}, {state})"
+        spaces = f"{self.observation_space}, {self.action_space}"
+        return f"BatchEnv({self.num_envs} envs, {spaces}, {state})"
 
 
 EMPTY_INFO = MappingProxyType({})
@@ -362,13 +376,13 @@ class _RowHandle:
         self.action_space = batch.action_space
 
     def call(self, name: str, *args, **kwargs):
-        return self._batch._transport.call(self._row, name, args, kwargs)
+        return self._batch._on_env(self._row, "call", name, args, kwargs)
 
     def get_attr(self, name: str):
-        return self._batch._transport.get_attr(self._row, name)
+        return self._batch._on_env(self._row, "get_attr", name)
 
     def set_attr(self, name: str, value: Any) -> None:
-        self._batch._transport.set_attr(self._row, name, value)
+        self._batch._on_env(self._row, "set_attr", name, value)
 
     def render(self):
         return self.call("render")

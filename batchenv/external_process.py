@@ -48,9 +48,12 @@ def describe_constructor(constructor: Callable) -> str:
         args = [repr(a) for a in constructor.args] + [
             f"{k}={v!r}" for k, v in constructor.keywords.items()
         ]
-        name = f"{module.split('.')[0]}.{func}" if module else func
+        name = f"{module}.{func}" if module and module != "builtins" else func
         return f"{name}({', '.join(args)})"
     text = getattr(constructor, "__qualname__", None) or repr(constructor)
+    module = getattr(constructor, "__module__", None)
+    if module and module not in ("__main__", "builtins") and "<lambda>" not in text:
+        text = f"{module}.{text}"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -99,6 +102,7 @@ class ExternalProcess:
                 "lambda or functools.partial that builds the env inside the worker"
             ) from error
         self.rows = list(rows) if rows is not None else list(range(len(constructors)))
+        self._worker_rows = list(self.rows)  # the labels the worker uses in its replies
         self.worker_index = worker_index
         self.description = describe_constructor(constructors[0])
         self.timeout = timeout
@@ -161,8 +165,11 @@ class ExternalProcess:
     def step(self, action: Any, *, blocking: bool = True, index: int = 0):
         """Step the env; returns the 5-tuple, or a promise when not blocking."""
         promise = self.call_at(index, "step", (action,), {}, blocking=False)
-        self.steps += 1
+        promise.on_result = self._count_step
         return promise() if blocking else promise
+
+    def _count_step(self) -> None:
+        self.steps += 1
 
     def render(self, *, index: int = 0):
         return self.call_at(index, "render", (), {})
@@ -188,7 +195,7 @@ class ExternalProcess:
 
     # ------------------------------------------------------------------ the wire
 
-    def send(self, request: tuple | bytes, what: str) -> None:
+    def send(self, request: tuple | bytes, what: str, *, step: int | None = None) -> None:
         """Send a request; the reply must be collected with :meth:`wait` before the next."""
         self._check_usable(what)
         if self._pending is not None:
@@ -200,7 +207,7 @@ class ExternalProcess:
         try:
             self._conn.send_bytes(payload)
         except OSError as error:
-            self._fail(self._died(what, None), error)
+            self._fail(self._died(what, step), error)
         self._pending = what
 
     def wait(self, timeout: float | None = None, *, step: int | None = None):
@@ -247,6 +254,8 @@ class ExternalProcess:
         self._fail(*self._remote_error(what, step, *rest))
 
     def _remote_error(self, what, step, env_index, payload, type_name, message, text):
+        if env_index in self._worker_rows:  # the batch may have renamed our rows since
+            env_index = self.rows[self._worker_rows.index(env_index)]
         remote = None
         if payload:
             try:
@@ -271,7 +280,12 @@ class ExternalProcess:
 
     def _died(self, what: str, step: int | None) -> WorkerDiedError:
         code = self._process.exitcode(wait=1.0)
-        how = f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        if code is None:
+            how = "exit status unknown"
+        elif code >= 0:
+            how = f"exit code {code}"
+        else:
+            how = f"killed by signal {-code}"
         return WorkerDiedError(
             f"worker {self.worker_index} ({self.description}, envs {self.rows}) died during "
             f"{what} at step {self.steps if step is None else step} ({how})",
@@ -366,8 +380,13 @@ class _Promise:
         self._what = what
         self._used = False
 
-    def __call__(self, timeout: float | None = None):
+    on_result = None
+
+    def __call__(self, timeout: float | None = None, *, step: int | None = None):
         if self._used:
             raise NoPendingCallError(f"the result of {self._what} was already collected")
         self._used = True
-        return self._owner.wait(timeout)
+        result = self._owner.wait(timeout, step=step)
+        if self.on_result is not None:
+            self.on_result()
+        return result

@@ -12,7 +12,8 @@ MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLE
 
 def _pair(env_id: str, num_envs: int, mode: AutoresetMode):
     fns = [lambda: gym.make(env_id)] * num_envs
-    return SyncVectorEnv(fns, autoreset_mode=mode), BatchVectorEnv(fns, autoreset_mode=mode, num_workers=2)
+    ours = BatchVectorEnv(fns, autoreset_mode=mode, num_workers=2)
+    return SyncVectorEnv(fns, autoreset_mode=mode), ours
 
 
 def _same_infos(a, b) -> None:
