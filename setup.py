@@ -5,7 +5,8 @@ from pathlib import Path
 from setuptools import setup
 
 ext_modules = []
-sources = sorted(str(p) for p in Path("algorithms/impala/csrc").glob("*.cpp"))
+csrc = Path("algorithms/impala/csrc")
+sources = sorted(str(p) for p in csrc.glob("*.cpp"))
 if sources:
     from pybind11.setup_helpers import Pybind11Extension
 
@@ -14,6 +15,8 @@ if sources:
             "batchenv.algorithms.impala.batcher",
             sources,
             cxx_std=17,
+            # Rebuild when a header changes (setuptools only compares these timestamps).
+            depends=sorted(str(p) for p in csrc.glob("*.h")),
         )
     )
 
