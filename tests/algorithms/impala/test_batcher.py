@@ -13,6 +13,7 @@ import traceback
 
 import numpy as np
 import pytest
+
 from batchenv.algorithms.impala.batcher import (
     Batch,
     BatcherError,
@@ -20,7 +21,6 @@ from batchenv.algorithms.impala.batcher import (
     ClosedBatcherError,
     DynamicBatcher,
 )
-
 from batchenv.errors import BatchEnvError, ClosedError
 
 DEADLINE = 10.0  # seconds any single wait in these tests may take before it counts as a hang
