@@ -1,0 +1,126 @@
+"""Logger: scalar summaries to TensorBoard event files and to ``metrics.csv``.
+
+TensorBoard files are written with ``torch.utils.tensorboard.SummaryWriter`` when the
+``tensorboard`` package is installed (skipped otherwise). The CSV has one row per ``log()``
+call: ``step`` then one column per summary name, in the order names first appear. When a
+new name appears, the file is rewritten once with the grown header (earlier rows get empty
+cells), so the CSV always has a single, complete header. Opening a logdir that already has
+a ``metrics.csv`` continues it.
+
+    >>> with Logger("runs/cartpole") as logger:
+    ...     logger.log(100, {"mean_score": torch.tensor(21.5)})
+    ...     logger.log(200, {"mean_score": 40.0, "loss": 0.3})
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping
+from typing import Any
+
+CSV_NAME = "metrics.csv"
+
+
+class Logger:
+    """Write scalar summaries for a step to TensorBoard and CSV.
+
+    Args:
+        logdir: folder of the event files and ``metrics.csv`` (created if missing).
+        tensorboard: write TensorBoard event files (when the package is installed).
+
+    Example:
+        >>> logger = Logger("/tmp/run")
+        >>> logger.log(1, {"mean_score": 12.0})
+        >>> logger.close()
+    """
+
+    def __init__(self, logdir: str | os.PathLike, tensorboard: bool = True):
+        self.logdir = os.fspath(logdir)
+        os.makedirs(self.logdir, exist_ok=True)
+        self.csv_path = os.path.join(self.logdir, CSV_NAME)
+        self.fields: list[str] = ["step"]
+        if os.path.exists(self.csv_path) and os.path.getsize(self.csv_path):
+            with open(self.csv_path, newline="") as file:
+                header = next(csv.reader(file), None)
+            if header and header[0] == "step":
+                self.fields = header
+            else:
+                raise ValueError(
+                    f"{self.csv_path} exists but is not a batchenv metrics file (its header "
+                    f"is {header}); choose another logdir"
+                )
+        else:
+            self._rewrite([])
+        self._file = open(self.csv_path, "a", newline="")
+        self.writer = _summary_writer(self.logdir) if tensorboard else None
+        self._closed = False
+
+    def log(self, step: int, summaries: Mapping[str, Any]) -> None:
+        """Record the scalars in ``summaries`` (tensors or numbers) at ``step``."""
+        if self._closed:
+            raise ValueError(f"log() called on a closed Logger for {self.logdir}")
+        values = {name: _scalar(name, value) for name, value in summaries.items()}
+        new = [name for name in values if name not in self.fields]
+        if new:
+            self._file.close()
+            with open(self.csv_path, newline="") as file:
+                rows = list(csv.DictReader(file))
+            self.fields = self.fields + new
+            self._rewrite(rows)
+            self._file = open(self.csv_path, "a", newline="")
+        row = {"step": int(step), **values}
+        csv.DictWriter(self._file, self.fields, restval="").writerow(row)
+        self._file.flush()
+        if self.writer is not None:
+            for name, value in values.items():
+                self.writer.add_scalar(name, value, int(step))
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """Write the header and ``rows`` to a temporary file, then move it into place."""
+        temporary = self.csv_path + ".tmp"
+        with open(temporary, "w", newline="") as file:
+            writer = csv.DictWriter(file, self.fields, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(temporary, self.csv_path)
+
+    def flush(self) -> None:
+        self._file.flush()
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the files. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self) -> Logger:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _scalar(name: str, value: Any) -> float:
+    if hasattr(value, "numel"):
+        if value.numel() != 1:
+            raise ValueError(
+                f"summary {name!r} has shape {tuple(value.shape)}; summaries must be scalars"
+            )
+        value = value.item()
+    return float(value)
+
+
+def _summary_writer(logdir: str):
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(logdir)
