@@ -57,7 +57,10 @@ class Logger:
         self._closed = False
 
     def log(self, step: int, summaries: Mapping[str, Any]) -> None:
-        """Record the scalars in ``summaries`` (tensors or numbers) at ``step``."""
+        """Record the scalars in ``summaries`` (tensors or numbers) at ``step``.
+
+        String values (a ``phase`` label, say) are written to the CSV only.
+        """
         if self._closed:
             raise ValueError(f"log() called on a closed Logger for {self.logdir}")
         values = {name: _scalar(name, value) for name, value in summaries.items()}
@@ -74,7 +77,8 @@ class Logger:
         self._file.flush()
         if self.writer is not None:
             for name, value in values.items():
-                self.writer.add_scalar(name, value, int(step))
+                if not isinstance(value, str):
+                    self.writer.add_scalar(name, value, int(step))
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         """Write the header and ``rows`` to a temporary file, then move it into place."""
@@ -106,7 +110,9 @@ class Logger:
         self.close()
 
 
-def _scalar(name: str, value: Any) -> float:
+def _scalar(name: str, value: Any) -> float | str:
+    if isinstance(value, str):
+        return value
     if hasattr(value, "numel"):
         if value.numel() != 1:
             raise ValueError(
