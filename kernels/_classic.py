@@ -1,27 +1,41 @@
 """Shared plumbing of the batched classic-control envs (CartPole, Pendulum, ...).
 
-Every env keeps the same two tensors, the layout the Triton kernels will use:
+Every env keeps the same two tensors, on both backends:
 
     state    [num_envs, state_dim]  float32 (or float64 when asked)  -- the physical state
     elapsed  [num_envs]             int32                            -- steps since reset
 
 An env module (``cartpole.py``, ...) subclasses :class:`ClassicControlEnv` once and supplies
-four pieces: ``_make_spaces`` (the Gymnasium spaces), ``state_dim``/``max_episode_steps``,
-the initial-state box ``(init_low, init_high)`` and the pure tensor functions ``_dynamics``
-and ``_observe``.
+five pieces: ``_make_spaces`` (the Gymnasium spaces), ``state_dim``/``max_episode_steps``,
+the initial-state box ``(init_low, init_high)``, the pure tensor functions ``_dynamics``
+and ``_observe`` (the torch backend), and ``_triton_step``, the launcher of the module's
+fused Triton ``_step_kernel`` (the triton backend).
 Everything else -- argument checks, seeding, ``reset``, ``step``, ``get_state``/``set_state``
 -- lives here, so finding ``step`` never means crossing more than these two files.
 
-The state tensors are *replaced* on every update, never written in place, so an observation
-handed out earlier never changes under the caller, and ``torch.compile`` sees no mutation.
+Backends:
+
+- ``"torch"``: the state tensors are *replaced* on every update, never written in place, so
+  ``torch.compile`` sees no mutation. Initial states come from a seeded ``torch.Generator``.
+- ``"triton"``: one kernel launch per ``step`` (dynamics, reward, termination, truncation and
+  the optional fresh starts of ``reset_mask`` rows) writes ``state``/``elapsed`` in place.
+  Initial states come from Philox inside the kernel, keyed by the seed and counted per row,
+  so no two fresh starts of a run repeat. It runs on CUDA devices, and on CPU under Triton's
+  interpreter (``TRITON_INTERPRET=1`` set before ``batchenv.kernels`` is imported; slow).
+
+On both, observations are new tensors: one handed out earlier never changes under the
+caller, and writing into it never touches the env.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 
 import gymnasium as gym
 import torch
+
+from . import _triton
 
 _BACKENDS = ("torch", "triton")
 _DTYPES = (torch.float32, torch.float64)
@@ -57,11 +71,6 @@ class ClassicControlEnv:
             raise ValueError(
                 f"{name}(backend={backend!r}): unknown backend; choose one of {_BACKENDS}"
             )
-        if backend == "triton":
-            raise NotImplementedError(
-                f"{name}(backend='triton') arrives with the GPU-native kernels; "
-                "use backend='torch' for now"
-            )
         if dtype not in _DTYPES:
             raise ValueError(f"{name}(dtype={dtype!r}): dtype must be torch.float32 or float64")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -70,8 +79,23 @@ class ClassicControlEnv:
         self.device = torch.device(device)
         self.dtype = dtype
         self.backend = backend
+        if backend == "triton":
+            reason = _triton.unavailable_reason(self._triton_kernel(), self.device)
+            if reason is not None:
+                raise NotImplementedError(
+                    f"{name}(backend='triton', device='{self.device}'): the GPU-native kernels "
+                    f"cannot run here: {reason}; use backend='torch'"
+                )
         # Fresh space objects per env: gymnasium spaces carry their own sampling RNG.
         self.single_observation_space, self.single_action_space = self._make_spaces()
+        self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+        if backend == "triton":
+            # The Philox key, and per row the number of fresh starts drawn so far (its counter).
+            self._seed = secrets.randbits(64) if seed is None else seed
+            self._restarts = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+            self.state = torch.zeros(num_envs, self.state_dim, dtype=dtype, device=self.device)
+            self._launch(None, torch.ones(num_envs, dtype=torch.bool, device=self.device))
+            return
         self._generator = torch.Generator(device=self.device)
         if seed is None:
             self._generator.seed()
@@ -80,12 +104,11 @@ class ClassicControlEnv:
         self._init_low = torch.tensor(self.init_low, dtype=torch.float32, device=self.device)
         self._init_high = torch.tensor(self.init_high, dtype=torch.float32, device=self.device)
         self.state = self._sample_initial(num_envs)
-        self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.gym_id}, num_envs={self.num_envs}, "
-            f"device={self.device}, dtype={self.dtype})"
+            f"device={self.device}, dtype={self.dtype}, backend={self.backend})"
         )
 
     # -- the InGraphEnv protocol ---------------------------------------------------------
@@ -93,26 +116,50 @@ class ClassicControlEnv:
     def reset(self, indices: torch.Tensor) -> torch.Tensor:
         """Draw fresh initial states for rows ``indices`` (int64 [K]); return their observ [K, ...].
 
-        Other rows are untouched. Initial states come from the env's seeded generator.
+        Other rows are untouched. Initial states come from the env's seeded generator (torch
+        backend) or from Philox in the kernel (triton backend), fresh for every reset.
         """
         indices = self._check_indices(indices, "reset")
+        if self.backend == "triton":
+            mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+            observ = self._launch(None, mask.index_fill_(0, indices, True))[0]
+            return observ[indices]
         rows = self._sample_initial(indices.shape[0])
         self.state = self.state.index_copy(0, indices, rows)
         self.elapsed = self.elapsed.index_fill(0, indices, 0)
         return self._observe(rows)
 
     def step(
-        self, action: torch.Tensor
+        self, action: torch.Tensor, reset_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Advance every row by one step; return ``(observ, reward, terminated, truncated)``.
 
         ``observ`` is float32 ``[num_envs, obs_dim]``, ``reward`` float32 ``[num_envs]``, the
-        flags bool ``[num_envs]``. Pure tensor ops: no host sync, no data-dependent shapes.
+        flags bool ``[num_envs]``. No host sync, no data-dependent shapes.
+
+        ``reset_mask`` (bool ``[num_envs]``, optional) starts the marked rows afresh *instead*
+        of stepping them: their action is ignored, and they return their initial
+        observation, reward 0 and both flags False (Gymnasium's next-step autoreset). Pass
+        the rows that finished at the previous step: their terminal observation was
+        returned then, and a rollout loop never has to leave the device. On the triton
+        backend this is still one kernel launch.
         """
         self._check_action(action)
+        action = action.to(self.device)
+        if reset_mask is not None:
+            reset_mask = self._check_reset_mask(reset_mask)
+        if self.backend == "triton":
+            return self._launch(action, reset_mask)
         state, reward, terminated = self._dynamics(self.state, action)
+        elapsed = self.elapsed + 1
+        if reset_mask is not None:
+            fresh = self._sample_initial(self.num_envs)
+            state = torch.where(reset_mask[:, None], fresh, state)
+            reward = torch.where(reset_mask, 0.0, reward)
+            terminated = terminated & ~reset_mask
+            elapsed = torch.where(reset_mask, 0, elapsed)
         self.state = state
-        self.elapsed = self.elapsed + 1
+        self.elapsed = elapsed
         truncated = self.elapsed >= self.max_episode_steps
         return self._observe(state), reward.to(torch.float32), terminated, truncated
 
@@ -174,7 +221,50 @@ class ClassicControlEnv:
         """Return the float32 observation of a batch of states (a new tensor)."""
         raise NotImplementedError
 
+    @staticmethod
+    def _triton_step(
+        state: torch.Tensor,
+        elapsed: torch.Tensor,
+        restarts: torch.Tensor,
+        action: torch.Tensor | None,
+        reset_mask: torch.Tensor | None,
+        seed: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """The module's launcher (see ``_triton.launch_classic_step``): a step, or a reset
+        of the ``reset_mask`` rows when ``action`` is None."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _triton_kernel():
+        """The module's ``_step_kernel`` (to tell where it can run)."""
+        raise NotImplementedError
+
     # -- helpers ---------------------------------------------------------------------------
+
+    def _launch(
+        self, action: torch.Tensor | None, reset_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """One launch of the triton backend's kernel (a step, or a reset when no action)."""
+        return self._triton_step(
+            self.state, self.elapsed, self._restarts, action, reset_mask, self._seed
+        )
+
+    def _check_reset_mask(self, reset_mask: torch.Tensor) -> torch.Tensor:
+        if (
+            not isinstance(reset_mask, torch.Tensor)
+            or reset_mask.dtype != torch.bool
+            or tuple(reset_mask.shape) != (self.num_envs,)
+        ):
+            got = (
+                f"{reset_mask.dtype} {tuple(reset_mask.shape)}"
+                if isinstance(reset_mask, torch.Tensor)
+                else type(reset_mask).__name__
+            )
+            raise ValueError(
+                f"{type(self).__name__}.step: reset_mask must be a bool tensor of shape "
+                f"({self.num_envs},), got {got}"
+            )
+        return reset_mask.to(self.device).contiguous()
 
     def _sample_initial(self, k: int) -> torch.Tensor:
         # Drawn in float32 whatever the dtype, so float32 and float64 envs with the same seed

@@ -1,6 +1,6 @@
-"""Acrobot-v1 as a batched torch environment (Gymnasium's dynamics, reward and limits).
+"""Acrobot-v1 as a batched torch or Triton environment (Gymnasium's dynamics, reward, limits).
 
-State layout (shared with the Triton kernel to come)::
+State layout (shared by the torch step and the Triton kernel)::
 
     state    [num_envs, 4]  float32 (float64 on request): theta1, theta2, dtheta1, dtheta2
     elapsed  [num_envs]     int32: steps since the row's last reset (truncated at 500)
@@ -21,6 +21,9 @@ Example::
     >>> observ, reward, terminated, truncated = env.step(torch.full((8,), 2))
     >>> observ.shape, reward[0].item()
     (torch.Size([8, 6]), -1.0)
+
+``Acrobot(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
+:func:`_step_kernel` (launched by :func:`acrobot_step_triton`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
+from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
 
 DT = 0.2
 LINK_LENGTH_1 = 1.0
@@ -102,14 +106,187 @@ def acrobot_dynamics(
     return torch.stack((theta1, theta2, dtheta1, dtheta2), dim=1), reward, terminated
 
 
+# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+
+# The constants again as constexpr globals, the only globals a Triton kernel may read.
+_DT = tl.constexpr(DT)
+# Folded here, not in a kernel local: a local assigned a Python float becomes a float32
+# scalar, which would round the float64 steps.
+_DT2 = tl.constexpr(DT / 2.0)
+_DT6 = tl.constexpr(DT / 6.0)
+_L1 = tl.constexpr(LINK_LENGTH_1)
+_M1 = tl.constexpr(LINK_MASS_1)
+_M2 = tl.constexpr(LINK_MASS_2)
+_LC1 = tl.constexpr(LINK_COM_POS_1)
+_LC2 = tl.constexpr(LINK_COM_POS_2)
+_I1 = tl.constexpr(LINK_MOI)
+_I2 = tl.constexpr(LINK_MOI)
+_G = tl.constexpr(GRAVITY)
+_PI = tl.constexpr(math.pi)
+_TWO_PI = tl.constexpr(2 * math.pi)
+_MAX_VEL_1 = tl.constexpr(MAX_VEL_1)
+_MAX_VEL_2 = tl.constexpr(MAX_VEL_2)
+
+
+@triton.jit
+def _dsdt_tl(theta1, theta2, dtheta1, dtheta2, a):
+    """:func:`_dsdt` term for term (the constant factors fold in the same order)."""
+    cos2 = tl.cos(theta2)
+    sin2 = tl.sin(theta2)
+    d1 = _M1 * _LC1 * _LC1 + _M2 * (_L1 * _L1 + _LC2 * _LC2 + 2 * _L1 * _LC2 * cos2) + _I1 + _I2
+    d2 = _M2 * (_LC2 * _LC2 + _L1 * _LC2 * cos2) + _I2
+    phi2 = _M2 * _LC2 * _G * tl.cos(theta1 + theta2 - _PI / 2.0)
+    phi1 = (
+        -_M2 * _L1 * _LC2 * (dtheta2 * dtheta2) * sin2
+        - 2 * _M2 * _L1 * _LC2 * dtheta2 * dtheta1 * sin2
+        + (_M1 * _LC1 + _M2 * _L1) * _G * tl.cos(theta1 - _PI / 2)
+        + phi2
+    )
+    ddtheta2 = (a + d2 / d1 * phi1 - _M2 * _L1 * _LC2 * (dtheta1 * dtheta1) * sin2 - phi2) / (
+        _M2 * _LC2 * _LC2 + _I2 - d2 * d2 / d1
+    )
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return dtheta1, dtheta2, ddtheta1, ddtheta2
+
+
+@triton.jit
+def _wrap_angle_tl(x):
+    """:func:`_wrap` to ``[-pi, pi]``. (``-x - pi`` is ``low - x`` to the bit, with the tensor
+    first: the interpreter wraps ``constexpr - tensor`` in a constexpr builtins reject.)"""
+    above = tl.maximum(tl.math.ceil((x - _PI) / _TWO_PI), 0.0)
+    below = tl.maximum(tl.math.ceil((-x - _PI) / _TWO_PI), 0.0)
+    return x - above * _TWO_PI + below * _TWO_PI
+
+
+@triton.jit(do_not_specialize=["key_lo", "key_hi"])
+def _step_kernel(
+    state_ptr,  # [N, 4] float32/float64, in and out: theta1, theta2, dtheta1, dtheta2
+    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
+    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
+    action_ptr,  # [N] int: torque action - 1 (read when STEP)
+    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
+    observ_ptr,  # [N, 6] float32, out: cos/sin theta1, cos/sin theta2, dtheta1, dtheta2
+    reward_ptr,  # [N] float32, out (when STEP)
+    terminated_ptr,  # [N] bool, out (when STEP)
+    truncated_ptr,  # [N] bool, out (when STEP)
+    key_lo,  # low 32 bits of the Philox key (the env's seed)
+    key_hi,  # high 32 bits of the Philox key
+    N: tl.constexpr,  # rows
+    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
+    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
+    RESET: tl.constexpr,  # reset_mask_ptr is given
+    BLOCK: tl.constexpr,  # rows per program, a power of two
+):
+    """One Acrobot RK4 step of BLOCK rows, term for term :func:`acrobot_dynamics`; rows in
+    the reset mask start afresh instead (reward 0, not done)."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = rows < N
+    theta1 = tl.load(state_ptr + rows * 4 + 0, mask=valid, other=0.0)
+    theta2 = tl.load(state_ptr + rows * 4 + 1, mask=valid, other=0.0)
+    dtheta1 = tl.load(state_ptr + rows * 4 + 2, mask=valid, other=0.0)
+    dtheta2 = tl.load(state_ptr + rows * 4 + 3, mask=valid, other=0.0)
+    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
+    if STEP:
+        action = tl.load(action_ptr + rows, mask=valid, other=1)
+        torque = action.to(theta1.dtype) - 1.0
+        k1a, k1b, k1c, k1d = _dsdt_tl(theta1, theta2, dtheta1, dtheta2, torque)
+        k2a, k2b, k2c, k2d = _dsdt_tl(
+            theta1 + _DT2 * k1a,
+            theta2 + _DT2 * k1b,
+            dtheta1 + _DT2 * k1c,
+            dtheta2 + _DT2 * k1d,
+            torque,
+        )
+        k3a, k3b, k3c, k3d = _dsdt_tl(
+            theta1 + _DT2 * k2a,
+            theta2 + _DT2 * k2b,
+            dtheta1 + _DT2 * k2c,
+            dtheta2 + _DT2 * k2d,
+            torque,
+        )
+        k4a, k4b, k4c, k4d = _dsdt_tl(
+            theta1 + _DT * k3a,
+            theta2 + _DT * k3b,
+            dtheta1 + _DT * k3c,
+            dtheta2 + _DT * k3d,
+            torque,
+        )
+        theta1 = theta1 + _DT6 * (k1a + 2 * k2a + 2 * k3a + k4a)
+        theta2 = theta2 + _DT6 * (k1b + 2 * k2b + 2 * k3b + k4b)
+        dtheta1 = dtheta1 + _DT6 * (k1c + 2 * k2c + 2 * k3c + k4c)
+        dtheta2 = dtheta2 + _DT6 * (k1d + 2 * k2d + 2 * k3d + k4d)
+        theta1 = _wrap_angle_tl(theta1)
+        theta2 = _wrap_angle_tl(theta2)
+        dtheta1 = tl.minimum(tl.maximum(dtheta1, -_MAX_VEL_1), _MAX_VEL_1)
+        dtheta2 = tl.minimum(tl.maximum(dtheta2, -_MAX_VEL_2), _MAX_VEL_2)
+        terminated = -tl.cos(theta1) - tl.cos(theta2 + theta1) > 1.0
+        reward = tl.where(terminated, 0.0, -1.0)
+        elapsed = elapsed + 1
+    if RESET:
+        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
+        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
+        u0, u1, u2, u3 = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        # every column starts in U(-0.1, 0.1)
+        theta1 = tl.where(fresh, (u0 * 0.2 - 0.1).to(theta1.dtype), theta1)
+        theta2 = tl.where(fresh, (u1 * 0.2 - 0.1).to(theta1.dtype), theta2)
+        dtheta1 = tl.where(fresh, (u2 * 0.2 - 0.1).to(theta1.dtype), dtheta1)
+        dtheta2 = tl.where(fresh, (u3 * 0.2 - 0.1).to(theta1.dtype), dtheta2)
+        elapsed = tl.where(fresh, 0, elapsed)
+        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
+        if STEP:
+            terminated = terminated & ~fresh
+            reward = tl.where(fresh, 0.0, reward)
+    tl.store(state_ptr + rows * 4 + 0, theta1, mask=valid)
+    tl.store(state_ptr + rows * 4 + 1, theta2, mask=valid)
+    tl.store(state_ptr + rows * 4 + 2, dtheta1, mask=valid)
+    tl.store(state_ptr + rows * 4 + 3, dtheta2, mask=valid)
+    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
+    tl.store(observ_ptr + rows * 6 + 0, tl.cos(theta1).to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 6 + 1, tl.sin(theta1).to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 6 + 2, tl.cos(theta2).to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 6 + 3, tl.sin(theta2).to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 6 + 4, dtheta1.to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 6 + 5, dtheta2.to(tl.float32), mask=valid)
+    if STEP:
+        tl.store(reward_ptr + rows, reward, mask=valid)
+        tl.store(terminated_ptr + rows, terminated, mask=valid)
+        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+
+
+def acrobot_step_triton(
+    state: torch.Tensor,
+    elapsed: torch.Tensor,
+    restarts: torch.Tensor,
+    action: torch.Tensor | None,
+    reset_mask: torch.Tensor | None,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
+    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
+    :func:`batchenv.kernels._triton.launch_classic_step`."""
+    return launch_classic_step(
+        _step_kernel,
+        state=state,
+        elapsed=elapsed,
+        restarts=restarts,
+        action=action,
+        reset_mask=reset_mask,
+        seed=seed,
+        obs_dim=6,
+        max_episode_steps=Acrobot.max_episode_steps,
+    )
+
+
 class Acrobot(ClassicControlEnv):
     """A batch of Acrobot-v1 envs following the InGraphEnv protocol.
 
     Args:
         num_envs: number of rows (>= 1).
         device: where the state lives.
-        seed: seeds the env's ``torch.Generator`` (initial states); None draws a fresh seed.
-        backend: ``"torch"``; ``"triton"`` arrives with the GPU-native kernels.
+        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
+            None draws a fresh seed. The two backends draw different states from one seed.
+        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
+            ``TRITON_INTERPRET=1``).
         dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
     """
 
@@ -126,6 +303,12 @@ class Acrobot(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return acrobot_dynamics(state, action)
+
+    _triton_step = staticmethod(acrobot_step_triton)
+
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel
 
     def _observe(self, state):
         theta1, theta2, dtheta1, dtheta2 = state.unbind(1)

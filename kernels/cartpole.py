@@ -1,6 +1,6 @@
-"""CartPole-v1 as a batched torch environment (Gymnasium's dynamics, reward and limits).
+"""CartPole-v1 as a batched torch or Triton environment (Gymnasium's dynamics, reward, limits).
 
-State layout (shared with the Triton kernel to come)::
+State layout (shared by the torch step and the Triton kernel)::
 
     state    [num_envs, 4]  float32 (float64 on request): x, x_dot, theta, theta_dot
     elapsed  [num_envs]     int32: steps since the row's last reset (truncated at 500)
@@ -21,6 +21,9 @@ Example::
     >>> observ, reward, terminated, truncated = env.step(torch.ones(8, dtype=torch.int64))
     >>> observ.shape, reward.dtype, terminated.dtype
     (torch.Size([8, 4]), torch.float32, torch.bool)
+
+``CartPole(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
+:func:`_step_kernel` (launched by :func:`cartpole_step_triton`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
+from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -81,14 +85,140 @@ def _out_of_bounds(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     )
 
 
+# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+
+# The constants again as constexpr globals, the only globals a Triton kernel may read.
+_GRAVITY = tl.constexpr(GRAVITY)
+_MASSPOLE = tl.constexpr(MASSPOLE)
+_TOTAL_MASS = tl.constexpr(TOTAL_MASS)
+_LENGTH = tl.constexpr(LENGTH)
+_POLEMASS_LENGTH = tl.constexpr(POLEMASS_LENGTH)
+_FORCE_MAG = tl.constexpr(FORCE_MAG)
+_TAU = tl.constexpr(TAU)
+_THETA_THRESHOLD = tl.constexpr(THETA_THRESHOLD)
+_X_THRESHOLD = tl.constexpr(X_THRESHOLD)
+_INIT_LOW = tl.constexpr(-0.05)  # every column starts in U(-0.05, 0.05)
+_INIT_SPAN = tl.constexpr(0.1)
+
+
+@triton.jit
+def _out_of_bounds_tl(x, theta):
+    return (
+        (x < -_X_THRESHOLD)
+        | (x > _X_THRESHOLD)
+        | (theta < -_THETA_THRESHOLD)
+        | (theta > _THETA_THRESHOLD)
+    )
+
+
+@triton.jit(do_not_specialize=["key_lo", "key_hi"])
+def _step_kernel(
+    state_ptr,  # [N, 4] float32/float64, in and out: x, x_dot, theta, theta_dot
+    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
+    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
+    action_ptr,  # [N] int: 1 pushes right, anything else left (read when STEP)
+    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
+    observ_ptr,  # [N, 4] float32, out: the observation after the call
+    reward_ptr,  # [N] float32, out (when STEP)
+    terminated_ptr,  # [N] bool, out (when STEP)
+    truncated_ptr,  # [N] bool, out (when STEP)
+    key_lo,  # low 32 bits of the Philox key (the env's seed)
+    key_hi,  # high 32 bits of the Philox key
+    N: tl.constexpr,  # rows
+    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
+    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
+    RESET: tl.constexpr,  # reset_mask_ptr is given
+    BLOCK: tl.constexpr,  # rows per program, a power of two
+):
+    """One CartPole step of BLOCK rows, term for term :func:`cartpole_dynamics`; rows in the
+    reset mask start afresh instead (reward 0, not done)."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = rows < N
+    x = tl.load(state_ptr + rows * 4 + 0, mask=valid, other=0.0)
+    x_dot = tl.load(state_ptr + rows * 4 + 1, mask=valid, other=0.0)
+    theta = tl.load(state_ptr + rows * 4 + 2, mask=valid, other=0.0)
+    theta_dot = tl.load(state_ptr + rows * 4 + 3, mask=valid, other=0.0)
+    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
+    if STEP:
+        action = tl.load(action_ptr + rows, mask=valid, other=0)
+        already_terminated = _out_of_bounds_tl(x, theta)
+        force = tl.where(action == 1, _FORCE_MAG, -_FORCE_MAG).to(x.dtype)
+        costheta = tl.cos(theta)
+        sintheta = tl.sin(theta)
+        temp = (force + _POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / _TOTAL_MASS
+        thetaacc = (_GRAVITY * sintheta - costheta * temp) / (
+            _LENGTH * (4.0 / 3.0 - _MASSPOLE * (costheta * costheta) / _TOTAL_MASS)
+        )
+        xacc = temp - _POLEMASS_LENGTH * thetaacc * costheta / _TOTAL_MASS
+        x = x + _TAU * x_dot
+        x_dot = x_dot + _TAU * xacc
+        theta = theta + _TAU * theta_dot
+        theta_dot = theta_dot + _TAU * thetaacc
+        terminated = _out_of_bounds_tl(x, theta)
+        reward = tl.where(already_terminated, 0.0, 1.0)
+        elapsed = elapsed + 1
+    if RESET:
+        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
+        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
+        u0, u1, u2, u3 = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        x = tl.where(fresh, (u0 * _INIT_SPAN + _INIT_LOW).to(x.dtype), x)
+        x_dot = tl.where(fresh, (u1 * _INIT_SPAN + _INIT_LOW).to(x.dtype), x_dot)
+        theta = tl.where(fresh, (u2 * _INIT_SPAN + _INIT_LOW).to(x.dtype), theta)
+        theta_dot = tl.where(fresh, (u3 * _INIT_SPAN + _INIT_LOW).to(x.dtype), theta_dot)
+        elapsed = tl.where(fresh, 0, elapsed)
+        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
+        if STEP:
+            terminated = terminated & ~fresh
+            reward = tl.where(fresh, 0.0, reward)
+    tl.store(state_ptr + rows * 4 + 0, x, mask=valid)
+    tl.store(state_ptr + rows * 4 + 1, x_dot, mask=valid)
+    tl.store(state_ptr + rows * 4 + 2, theta, mask=valid)
+    tl.store(state_ptr + rows * 4 + 3, theta_dot, mask=valid)
+    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
+    tl.store(observ_ptr + rows * 4 + 0, x.to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 4 + 1, x_dot.to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 4 + 2, theta.to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 4 + 3, theta_dot.to(tl.float32), mask=valid)
+    if STEP:
+        tl.store(reward_ptr + rows, reward, mask=valid)
+        tl.store(terminated_ptr + rows, terminated, mask=valid)
+        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+
+
+def cartpole_step_triton(
+    state: torch.Tensor,
+    elapsed: torch.Tensor,
+    restarts: torch.Tensor,
+    action: torch.Tensor | None,
+    reset_mask: torch.Tensor | None,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
+    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
+    :func:`batchenv.kernels._triton.launch_classic_step`."""
+    return launch_classic_step(
+        _step_kernel,
+        state=state,
+        elapsed=elapsed,
+        restarts=restarts,
+        action=action,
+        reset_mask=reset_mask,
+        seed=seed,
+        obs_dim=4,
+        max_episode_steps=CartPole.max_episode_steps,
+    )
+
+
 class CartPole(ClassicControlEnv):
     """A batch of CartPole-v1 envs following the InGraphEnv protocol.
 
     Args:
         num_envs: number of rows (>= 1).
         device: where the state lives.
-        seed: seeds the env's ``torch.Generator`` (initial states); None draws a fresh seed.
-        backend: ``"torch"``; ``"triton"`` arrives with the GPU-native kernels.
+        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
+            None draws a fresh seed. The two backends draw different states from one seed.
+        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
+            ``TRITON_INTERPRET=1``).
         dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
     """
 
@@ -105,6 +235,12 @@ class CartPole(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return cartpole_dynamics(state, action)
+
+    _triton_step = staticmethod(cartpole_step_triton)
+
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel
 
     def _observe(self, state):
         return state.to(torch.float32, copy=True)

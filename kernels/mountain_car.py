@@ -1,6 +1,6 @@
-"""MountainCarContinuous-v0 as a batched torch environment (Gymnasium's dynamics and limits).
+"""MountainCarContinuous-v0 as a batched torch or Triton environment (Gymnasium's dynamics).
 
-State layout (shared with the Triton kernel to come)::
+State layout (shared by the torch step and the Triton kernel)::
 
     state    [num_envs, 2]  float32 (float64 on request): position, velocity
     elapsed  [num_envs]     int32: steps since the row's last reset (truncated at 999)
@@ -24,6 +24,9 @@ Example::
     >>> observ, reward, terminated, truncated = env.step(torch.ones(8, 1))
     >>> observ.shape, reward.shape
     (torch.Size([8, 2]), torch.Size([8]))
+
+``MountainCarContinuous(8, device="cuda", backend="triton")`` runs the same step as one fused
+kernel, :func:`_step_kernel` (launched by :func:`mountain_car_step_triton`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
+from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -62,14 +66,113 @@ def mountain_car_dynamics(
     return torch.stack((position, velocity), dim=1), reward, terminated
 
 
+# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+
+# The constants again as constexpr globals, the only globals a Triton kernel may read.
+_MIN_ACTION = tl.constexpr(MIN_ACTION)
+_MAX_ACTION = tl.constexpr(MAX_ACTION)
+_MIN_POSITION = tl.constexpr(MIN_POSITION)
+_MAX_POSITION = tl.constexpr(MAX_POSITION)
+_MAX_SPEED = tl.constexpr(MAX_SPEED)
+_GOAL_POSITION = tl.constexpr(GOAL_POSITION)
+_GOAL_VELOCITY = tl.constexpr(GOAL_VELOCITY)
+_POWER = tl.constexpr(POWER)
+
+
+@triton.jit(do_not_specialize=["key_lo", "key_hi"])
+def _step_kernel(
+    state_ptr,  # [N, 2] float32/float64, in and out: position, velocity
+    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
+    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
+    action_ptr,  # [N, 1] float: the force (clipped to [-1, 1] for the dynamics; read when STEP)
+    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
+    observ_ptr,  # [N, 2] float32, out: the observation after the call
+    reward_ptr,  # [N] float32, out (when STEP)
+    terminated_ptr,  # [N] bool, out (when STEP)
+    truncated_ptr,  # [N] bool, out (when STEP)
+    key_lo,  # low 32 bits of the Philox key (the env's seed)
+    key_hi,  # high 32 bits of the Philox key
+    N: tl.constexpr,  # rows
+    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
+    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
+    RESET: tl.constexpr,  # reset_mask_ptr is given
+    BLOCK: tl.constexpr,  # rows per program, a power of two
+):
+    """One MountainCarContinuous step of BLOCK rows, term for term
+    :func:`mountain_car_dynamics`; rows in the reset mask start afresh instead (reward 0)."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = rows < N
+    position = tl.load(state_ptr + rows * 2 + 0, mask=valid, other=0.0)
+    velocity = tl.load(state_ptr + rows * 2 + 1, mask=valid, other=0.0)
+    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
+    if STEP:
+        a = tl.load(action_ptr + rows, mask=valid, other=0.0).to(position.dtype)
+        force = tl.minimum(tl.maximum(a, _MIN_ACTION), _MAX_ACTION)
+        velocity = velocity + (force * _POWER - 0.0025 * tl.cos(3 * position))
+        velocity = tl.minimum(tl.maximum(velocity, -_MAX_SPEED), _MAX_SPEED)
+        position = position + velocity
+        at_left_wall = position <= _MIN_POSITION
+        position = tl.minimum(tl.maximum(position, _MIN_POSITION), _MAX_POSITION)
+        velocity = tl.where(at_left_wall & (velocity < 0), 0.0, velocity)
+        terminated = (position >= _GOAL_POSITION) & (velocity >= _GOAL_VELOCITY)
+        reward = tl.where(terminated, 100.0, 0.0) - a * a * 0.1
+        elapsed = elapsed + 1
+    if RESET:
+        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
+        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
+        u0, _, _, _ = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        position = tl.where(fresh, (u0 * 0.2 - 0.6).to(position.dtype), position)  # U(-.6, -.4)
+        velocity = tl.where(fresh, 0.0, velocity)
+        elapsed = tl.where(fresh, 0, elapsed)
+        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
+        if STEP:
+            terminated = terminated & ~fresh
+            reward = tl.where(fresh, 0.0, reward)
+    tl.store(state_ptr + rows * 2 + 0, position, mask=valid)
+    tl.store(state_ptr + rows * 2 + 1, velocity, mask=valid)
+    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
+    tl.store(observ_ptr + rows * 2 + 0, position.to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 2 + 1, velocity.to(tl.float32), mask=valid)
+    if STEP:
+        tl.store(reward_ptr + rows, reward, mask=valid)
+        tl.store(terminated_ptr + rows, terminated, mask=valid)
+        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+
+
+def mountain_car_step_triton(
+    state: torch.Tensor,
+    elapsed: torch.Tensor,
+    restarts: torch.Tensor,
+    action: torch.Tensor | None,
+    reset_mask: torch.Tensor | None,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
+    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
+    :func:`batchenv.kernels._triton.launch_classic_step`."""
+    return launch_classic_step(
+        _step_kernel,
+        state=state,
+        elapsed=elapsed,
+        restarts=restarts,
+        action=action,
+        reset_mask=reset_mask,
+        seed=seed,
+        obs_dim=2,
+        max_episode_steps=MountainCarContinuous.max_episode_steps,
+    )
+
+
 class MountainCarContinuous(ClassicControlEnv):
     """A batch of MountainCarContinuous-v0 envs following the InGraphEnv protocol.
 
     Args:
         num_envs: number of rows (>= 1).
         device: where the state lives.
-        seed: seeds the env's ``torch.Generator`` (initial states); None draws a fresh seed.
-        backend: ``"torch"``; ``"triton"`` arrives with the GPU-native kernels.
+        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
+            None draws a fresh seed. The two backends draw different states from one seed.
+        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
+            ``TRITON_INTERPRET=1``).
         dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
     """
 
@@ -89,6 +192,12 @@ class MountainCarContinuous(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return mountain_car_dynamics(state, action)
+
+    _triton_step = staticmethod(mountain_car_step_triton)
+
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel
 
     def _observe(self, state):
         return state.to(torch.float32, copy=True)

@@ -1,6 +1,6 @@
-"""Pendulum-v1 as a batched torch environment (Gymnasium's dynamics, reward and limits).
+"""Pendulum-v1 as a batched torch or Triton environment (Gymnasium's dynamics, reward, limits).
 
-State layout (shared with the Triton kernel to come)::
+State layout (shared by the torch step and the Triton kernel)::
 
     state    [num_envs, 2]  float32 (float64 on request): theta, theta_dot
     elapsed  [num_envs]     int32: steps since the row's last reset (truncated at 200)
@@ -21,6 +21,9 @@ Example::
     >>> observ, reward, terminated, truncated = env.step(torch.zeros(8, 1))
     >>> observ.shape, bool(terminated.any())
     (torch.Size([8, 3]), False)
+
+``Pendulum(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
+:func:`_step_kernel` (launched by :func:`pendulum_step_triton`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
+from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
 
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
@@ -62,14 +66,121 @@ def pendulum_dynamics(
     return torch.stack((newth, newthdot), dim=1), -costs, terminated
 
 
+# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+
+# The constants again as constexpr globals, the only globals a Triton kernel may read.
+_MAX_SPEED = tl.constexpr(MAX_SPEED)
+_MAX_TORQUE = tl.constexpr(MAX_TORQUE)
+_DT = tl.constexpr(DT)
+_G = tl.constexpr(G)
+_M = tl.constexpr(M)
+_L = tl.constexpr(L)
+_PI = tl.constexpr(math.pi)
+_TWO_PI = tl.constexpr(2 * math.pi)
+
+
+@triton.jit
+def _angle_normalize_tl(x):
+    """``angle_normalize`` with floor in place of Python's ``%`` (a float ``%`` in Triton is
+    C's fmod on a GPU but Python's modulo in the interpreter); equal up to rounding."""
+    y = x + _PI
+    return y - tl.math.floor(y / _TWO_PI) * _TWO_PI - _PI
+
+
+@triton.jit(do_not_specialize=["key_lo", "key_hi"])
+def _step_kernel(
+    state_ptr,  # [N, 2] float32/float64, in and out: theta, theta_dot
+    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
+    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
+    action_ptr,  # [N, 1] float: the torque, clipped to [-2, 2] (read when STEP)
+    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
+    observ_ptr,  # [N, 3] float32, out: cos theta, sin theta, theta_dot after the call
+    reward_ptr,  # [N] float32, out (when STEP)
+    terminated_ptr,  # [N] bool, out (when STEP): always False
+    truncated_ptr,  # [N] bool, out (when STEP)
+    key_lo,  # low 32 bits of the Philox key (the env's seed)
+    key_hi,  # high 32 bits of the Philox key
+    N: tl.constexpr,  # rows
+    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
+    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
+    RESET: tl.constexpr,  # reset_mask_ptr is given
+    BLOCK: tl.constexpr,  # rows per program, a power of two
+):
+    """One Pendulum step of BLOCK rows, term for term :func:`pendulum_dynamics`; rows in the
+    reset mask start afresh instead (reward 0)."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = rows < N
+    th = tl.load(state_ptr + rows * 2 + 0, mask=valid, other=0.0)
+    thdot = tl.load(state_ptr + rows * 2 + 1, mask=valid, other=0.0)
+    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
+    if STEP:
+        # u stays in the action's dtype until it meets the state, as in the torch step.
+        u = tl.load(action_ptr + rows, mask=valid, other=0.0)
+        u = tl.minimum(tl.maximum(u, -_MAX_TORQUE), _MAX_TORQUE)
+        normalized = _angle_normalize_tl(th)
+        costs = normalized * normalized + 0.1 * (thdot * thdot) + 0.001 * (u * u)
+        newthdot = thdot + (3 * _G / (2 * _L) * tl.sin(th) + 3.0 / (_M * _L * _L) * u) * _DT
+        newthdot = tl.minimum(tl.maximum(newthdot, -_MAX_SPEED), _MAX_SPEED)
+        th = th + newthdot * _DT
+        thdot = newthdot
+        reward = -costs
+        elapsed = elapsed + 1
+    if RESET:
+        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
+        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
+        u0, u1, _, _ = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        th = tl.where(fresh, (u0 * _TWO_PI - _PI).to(th.dtype), th)  # U(-pi, pi)
+        thdot = tl.where(fresh, (u1 * 2.0 - 1.0).to(th.dtype), thdot)  # U(-1, 1)
+        elapsed = tl.where(fresh, 0, elapsed)
+        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
+        if STEP:
+            reward = tl.where(fresh, 0.0, reward)
+    tl.store(state_ptr + rows * 2 + 0, th, mask=valid)
+    tl.store(state_ptr + rows * 2 + 1, thdot, mask=valid)
+    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
+    tl.store(observ_ptr + rows * 3 + 0, tl.cos(th).to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 3 + 1, tl.sin(th).to(tl.float32), mask=valid)
+    tl.store(observ_ptr + rows * 3 + 2, thdot.to(tl.float32), mask=valid)
+    if STEP:
+        tl.store(reward_ptr + rows, reward, mask=valid)
+        tl.store(terminated_ptr + rows, rows < 0, mask=valid)
+        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+
+
+def pendulum_step_triton(
+    state: torch.Tensor,
+    elapsed: torch.Tensor,
+    restarts: torch.Tensor,
+    action: torch.Tensor | None,
+    reset_mask: torch.Tensor | None,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
+    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
+    :func:`batchenv.kernels._triton.launch_classic_step`."""
+    return launch_classic_step(
+        _step_kernel,
+        state=state,
+        elapsed=elapsed,
+        restarts=restarts,
+        action=action,
+        reset_mask=reset_mask,
+        seed=seed,
+        obs_dim=3,
+        max_episode_steps=Pendulum.max_episode_steps,
+    )
+
+
 class Pendulum(ClassicControlEnv):
     """A batch of Pendulum-v1 envs (g = 10) following the InGraphEnv protocol.
 
     Args:
         num_envs: number of rows (>= 1).
         device: where the state lives.
-        seed: seeds the env's ``torch.Generator`` (initial states); None draws a fresh seed.
-        backend: ``"torch"``; ``"triton"`` arrives with the GPU-native kernels.
+        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
+            None draws a fresh seed. The two backends draw different states from one seed.
+        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
+            ``TRITON_INTERPRET=1``).
         dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
     """
 
@@ -88,6 +199,12 @@ class Pendulum(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return pendulum_dynamics(state, action)
+
+    _triton_step = staticmethod(pendulum_step_triton)
+
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel
 
     def _observe(self, state):
         th, thdot = state.unbind(1)
