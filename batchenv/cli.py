@@ -3,15 +3,36 @@
 batchenv demo [--env CartPole-v1] [--num-envs 64] [--steps 200000]
     step a batchenv.make BatchEnv with random actions, with a progress bar, and print
     the throughput next to a plain single-process loop.
+batchenv train ALGORITHM [options]
+    train an algorithm of ``batchenv.algorithms`` (``batchenv train batchppo --help``).
+batchenv evaluate RUN_DIR [options]
+    evaluate the latest checkpoint of a training run.
+
+``batchenv`` itself never imports an algorithm: ``train NAME`` loads the module
+``batchenv.algorithms.NAME.cli``, which provides
+
+    add_arguments(parser: argparse.ArgumentParser) -> None   # its train options
+    train(args: argparse.Namespace) -> int                   # run it; the exit status
+    add_evaluate_arguments(parser) -> None                   # optional: evaluate options
+    evaluate(run_dir: pathlib.Path, args: argparse.Namespace) -> int
+
+and ``evaluate RUN_DIR`` finds the algorithm's name in the run's ``config.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
+
+#: Algorithms ``batchenv train`` knows, each a package of batchenv.algorithms with a ``cli``.
+ALGORITHMS = ("batchppo", "impala")
 
 
 def _random_actions(space, num_envs: int, rng: np.random.Generator) -> np.ndarray:
@@ -71,9 +92,48 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="batchenv", description=__doc__.split("\n")[0])
+def algorithm_cli(name: str) -> ModuleType:
+    """The ``cli`` module of algorithm ``name`` (see the module docstring)."""
+    if name not in ALGORITHMS:
+        raise SystemExit(f"batchenv: unknown algorithm {name!r}; choose one of {ALGORITHMS}")
+    return import_module(f"batchenv.algorithms.{name}.cli")
+
+
+def _algorithm_of(run_dir: str) -> str:
+    config = Path(run_dir) / "config.json"
+    if not config.exists():
+        raise SystemExit(f"batchenv evaluate: {run_dir} is not a run directory (no config.json)")
+    return json.loads(config.read_text())["algorithm"]
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command's parser; ``argv`` picks which algorithm's options ``train`` and
+    ``evaluate`` get (only that algorithm's module is imported)."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="batchenv",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train an algorithm (batchenv train NAME --help)")
+    names = train.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM")
+    evaluate = commands.add_parser("evaluate", help="evaluate a training run's checkpoint")
+    evaluate.add_argument("run_dir", help="the run directory written by batchenv train")
+    # Only the algorithm named on the command line is imported (each pulls in torch).
+    if len(argv) >= 2 and argv[0] == "train" and argv[1] in ALGORITHMS:
+        module = algorithm_cli(argv[1])
+        sub = names.add_parser(argv[1], help=f"train {argv[1]}")
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.train)
+    else:
+        for name in ALGORITHMS:
+            names.add_parser(name, help=f"train {name}")
+    if len(argv) >= 2 and argv[0] == "evaluate" and not argv[1].startswith("-"):
+        module = algorithm_cli(_algorithm_of(argv[1]))
+        if hasattr(module, "add_evaluate_arguments"):
+            module.add_evaluate_arguments(evaluate)
+        evaluate.set_defaults(handler=lambda args: module.evaluate(Path(args.run_dir), args))
     run = commands.add_parser("demo", help="step a BatchEnv with random actions, report steps/s")
     run.add_argument("--env", default="CartPole-v1", help="a Gymnasium id")
     run.add_argument("--num-envs", type=int, default=64)
@@ -85,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     return args.handler(args)
 
 
