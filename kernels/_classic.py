@@ -16,7 +16,10 @@ Everything else -- argument checks, seeding, ``reset``, ``step``, ``get_state``/
 Backends:
 
 - ``"torch"``: the state tensors are *replaced* on every update, never written in place, so
-  ``torch.compile`` sees no mutation. Initial states come from a seeded ``torch.Generator``.
+  ``torch.compile`` sees no mutation. Initial states come from a counter-based hash of
+  (seed, row, number of fresh starts of that row) in plain tensor ops
+  (``batchenv.in_graph.counter_rng``): no generator state, so a compiled step that starts
+  finished rows afresh has no graph break.
 - ``"triton"``: one kernel launch per ``step`` (dynamics, reward, termination, truncation and
   the optional fresh starts of ``reset_mask`` rows) writes ``state``/``elapsed`` in place.
   Initial states come from Philox inside the kernel, keyed by the seed and counted per row,
@@ -34,6 +37,8 @@ from collections.abc import Sequence
 
 import gymnasium as gym
 import torch
+
+from batchenv.in_graph.counter_rng import counter_uniform, make_key
 
 from . import _triton
 
@@ -89,21 +94,20 @@ class ClassicControlEnv:
         # Fresh space objects per env: gymnasium spaces carry their own sampling RNG.
         self.single_observation_space, self.single_action_space = self._make_spaces()
         self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+        # The RNG key, and per row the number of fresh starts drawn so far (its counter): a
+        # fresh start is a pure function of (seed, row, count) on both backends.
+        self._seed = secrets.randbits(64) if seed is None else seed
+        self._restarts = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         if backend == "triton":
-            # The Philox key, and per row the number of fresh starts drawn so far (its counter).
-            self._seed = secrets.randbits(64) if seed is None else seed
-            self._restarts = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
             self.state = torch.zeros(num_envs, self.state_dim, dtype=dtype, device=self.device)
             self._launch(None, torch.ones(num_envs, dtype=torch.bool, device=self.device))
             return
-        self._generator = torch.Generator(device=self.device)
-        if seed is None:
-            self._generator.seed()
-        else:
-            self._generator.manual_seed(seed)
+        self._key = make_key(self._seed, self.device)
         self._init_low = torch.tensor(self.init_low, dtype=torch.float32, device=self.device)
         self._init_high = torch.tensor(self.init_high, dtype=torch.float32, device=self.device)
-        self.state = self._sample_initial(num_envs)
+        everyone = torch.arange(num_envs, device=self.device)
+        self.state = self._sample_initial(everyone)
+        self._restarts = self._restarts + 1
 
     def __repr__(self) -> str:
         return (
@@ -124,7 +128,8 @@ class ClassicControlEnv:
             mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
             observ = self._launch(None, mask.index_fill_(0, indices, True))[0]
             return observ[indices]
-        rows = self._sample_initial(indices.shape[0])
+        rows = self._sample_initial(indices)
+        self._restarts = self._restarts.index_add(0, indices, torch.ones_like(indices))
         self.state = self.state.index_copy(0, indices, rows)
         self.elapsed = self.elapsed.index_fill(0, indices, 0)
         return self._observe(rows)
@@ -153,7 +158,8 @@ class ClassicControlEnv:
         state, reward, terminated = self._dynamics(self.state, action)
         elapsed = self.elapsed + 1
         if reset_mask is not None:
-            fresh = self._sample_initial(self.num_envs)
+            fresh = self._sample_initial(torch.arange(self.num_envs, device=self.device))
+            self._restarts = self._restarts + reset_mask.to(torch.int64)
             state = torch.where(reset_mask[:, None], fresh, state)
             reward = torch.where(reset_mask, 0.0, reward)
             terminated = terminated & ~reset_mask
@@ -266,12 +272,14 @@ class ClassicControlEnv:
             )
         return reset_mask.to(self.device).contiguous()
 
-    def _sample_initial(self, k: int) -> torch.Tensor:
-        # Drawn in float32 whatever the dtype, so float32 and float64 envs with the same seed
-        # start from the same states.
-        u = torch.rand(
-            k, self.state_dim, generator=self._generator, device=self.device, dtype=torch.float32
-        )
+    def _sample_initial(self, rows: torch.Tensor) -> torch.Tensor:
+        """Fresh initial states for ``rows`` (int64 [K]) at their current restart counts.
+
+        Counter-based (no generator state), so ``torch.compile`` traces it without a graph
+        break. Drawn in float32 whatever the dtype, so float32 and float64 envs with the same
+        seed start from the same states. The caller advances ``_restarts`` of the rows used.
+        """
+        u = counter_uniform(self._key, rows, self._restarts[rows], self.state_dim)
         return (self._init_low + (self._init_high - self._init_low) * u).to(self.dtype)
 
     def _check_indices(self, indices: torch.Tensor, method: str) -> torch.Tensor:

@@ -33,6 +33,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from batchenv.in_graph.counter_rng import MASK, mix32, uniform
+
 Summaries = dict[str, torch.Tensor]
 
 
@@ -118,7 +120,7 @@ class RandomAlgorithm(Algorithm):
         if seed is None:
             seed = int(torch.randint(0, 2**31 - 1, ()).item())
         self.seed = int(seed)
-        self._key = _mix32(torch.tensor(self.seed & _MASK, dtype=torch.int64, device=self.device))
+        self._key = mix32(torch.tensor(self.seed & MASK, dtype=torch.int64, device=self.device))
         self._calls = torch.zeros((), dtype=torch.int64, device=self.device)
         as_float = dict(dtype=torch.float32, device=self.device)
         as_int = dict(dtype=torch.int64, device=self.device)
@@ -158,13 +160,13 @@ class RandomAlgorithm(Algorithm):
         )
         shape = (*lead, *self._shape)
         self._calls += 1
-        key = _mix32(self._key ^ _mix32(self._calls & _MASK))
+        key = mix32(self._key ^ mix32(self._calls & MASK))
         if not isinstance(self.action_space, gym.spaces.Box):
-            u = _uniform(shape, key, 0, self.device)
+            u = uniform(shape, key, 0, self.device)
             offset = torch.minimum((u * self._n).to(torch.int64), self._n - 1)
             return self._start + offset
-        u = _uniform(shape, key, 0, self.device)
-        v = _uniform(shape, key, 1, self.device)
+        u = uniform(shape, key, 0, self.device)
+        v = uniform(shape, key, 1, self.device)
         low, high = self._low, self._high
         if self._integral:
             span = torch.floor(u * (high - low + 1))
@@ -176,27 +178,3 @@ class RandomAlgorithm(Algorithm):
         sample = torch.where(self._low_only, low + exponential, sample)
         sample = torch.where(self._high_only, high - exponential, sample)
         return torch.where(self._bounded | self._low_only | self._high_only, sample, normal)
-
-
-# --- counter-based random numbers in plain tensor ops ----------------------------------
-# Values stay below 2**32 and constants below 2**27, so int64 products never overflow and
-# eager, compiled (C++ or Triton) and CUDA code all give identical bits.
-
-_MASK = 0xFFFFFFFF
-
-
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (two multiply-xorshift rounds) of int64 ``x`` in [0, 2**32)."""
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK
-    return (x >> 16) ^ x
-
-
-def _uniform(
-    shape: tuple[int, ...], key: torch.Tensor, stream: int, device: torch.device
-) -> torch.Tensor:
-    """float32 numbers in [0, 1) for element ``i`` of ``shape``: hash(key, stream, i)."""
-    count = math.prod(shape)
-    index = torch.arange(count, dtype=torch.int64, device=device) * 2 + stream
-    bits = _mix32(key ^ _mix32(index & _MASK))
-    return ((bits >> 8).to(torch.float32) * (1.0 / (1 << 24))).reshape(shape)
