@@ -21,6 +21,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
@@ -94,6 +95,7 @@ class Worker:
         self.conn = conn
         self.rows: list[int] = init["rows"]
         self.watch_pid: int = init["watch_pid"]
+        self.spin: float = init.get("spin_seconds", 0.0)
         self.envs: list = []
         self.fast = None
 
@@ -210,7 +212,11 @@ class Worker:
 
     def serve(self) -> None:
         conn = self.conn
+        spin_after_step = False
         while True:
+            if spin_after_step:  # the next step usually follows at once: skip the wake-up
+                spin_after_step = False
+                spin_wait(conn, self.spin)
             if not conn.poll(IDLE_CHECK_SECONDS):
                 if not _pid_alive(self.watch_pid):
                     raise EOFError("the parent process is gone")
@@ -223,6 +229,7 @@ class Worker:
                     conn.send_bytes(error_reply(failure.row, failure.error))
                     continue
                 conn.send_bytes(b"" if infos is None else _dump_infos(infos))
+                spin_after_step = self.spin > 0.0
                 continue
             request = pickle.loads(message)
             if request[0] == "close":
@@ -241,6 +248,23 @@ class Worker:
             else:
                 row = self.rows[request[1]] if request[0] in ("call", "getattr") else None
                 conn.send_bytes(_dump_ok(result, row))
+
+
+def spin_wait(conn: Connection, seconds: float) -> bool:
+    """Poll ``conn`` without sleeping for up to ``seconds``; True once a message is there.
+
+    Each miss yields the core (``sched_yield``), so the spin only uses a core that nobody
+    else wants. It saves the wake-up from a blocking wait, which costs a cross-core
+    interrupt: ~100 us on virtual machines, more than a CartPole step of 32 envs.
+    """
+    if seconds <= 0.0 or conn.poll(0):
+        return seconds > 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        os.sched_yield()
+        if conn.poll(0):
+            return True
+    return False
 
 
 class _EnvFailure(Exception):

@@ -26,6 +26,7 @@ from typing import Any
 import cloudpickle
 
 from batchenv._launch import WorkerProcess, start_worker
+from batchenv._worker import spin_wait
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -72,6 +73,10 @@ class ExternalProcess:
         timeout: default deadline in seconds for each call (None: no deadline; a dead
             worker is still noticed at once).
         worker_index, rows: how errors name this worker and its envs inside a BatchEnv.
+        spin_us: after sending a step, poll for the reply for up to this many microseconds
+            before sleeping, and let the worker poll for the next step as long after
+            replying (both yield the core between polls). Saves the cross-core wake-ups that
+            dominate short steps; 0 always sleeps.
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class ExternalProcess:
         worker_index: int = 0,
         rows: Sequence[int] | None = None,
         wait: bool = True,
+        spin_us: float = 0.0,
     ):
         constructors = (
             list(constructor) if isinstance(constructor, (list, tuple)) else [constructor]
@@ -106,6 +112,9 @@ class ExternalProcess:
         self.worker_index = worker_index
         self.description = describe_constructor(constructors[0])
         self.timeout = timeout
+        if not spin_us >= 0.0:
+            raise ValueError(f"spin_us must be >= 0, got {spin_us!r}")
+        self.spin = spin_us * 1e-6
         self.steps = 0
         self._pending: str | None = None
         self._closed = False
@@ -119,6 +128,7 @@ class ExternalProcess:
             "rows": self.rows,
             "watch_pid": os.getpid(),
             "constructors": payload,
+            "spin_seconds": self.spin,
         }
         self._start_timeout = start_timeout
         try:
@@ -227,7 +237,7 @@ class ExternalProcess:
     def _receive(self, deadline: float | None, what: str, *, step: int | None = None):
         step = self.steps if step is None else step
         try:
-            ready = self._conn.poll(_remaining(deadline))
+            ready = spin_wait(self._conn, self.spin) or self._conn.poll(_remaining(deadline))
         except BaseException:  # KeyboardInterrupt while waiting: stop the worker, re-raise
             self.terminate()
             raise

@@ -29,10 +29,13 @@ def _reference(num_envs, seed):
     return envs, observ
 
 
+@pytest.mark.parametrize("spin_us", [0.0, 300.0], ids=["sleep", "spin=300us"])
 @pytest.mark.parametrize("reset_ahead", [True, False], ids=["reset_ahead", "plain_reset"])
 @pytest.mark.parametrize("num_envs,num_workers", [(1, 1), (7, 2), (16, 3)])
-def test_equals_gymnasium_envs(num_envs, num_workers, reset_ahead):
-    env = batchenv.make("CartPole-v1", num_envs, num_workers, reset_ahead=reset_ahead)
+def test_equals_gymnasium_envs(num_envs, num_workers, reset_ahead, spin_us):
+    env = batchenv.make(
+        "CartPole-v1", num_envs, num_workers, reset_ahead=reset_ahead, spin_us=spin_us
+    )
     reference, expected = _reference(num_envs, seed=11)
     try:
         observ, infos = env.reset(seed=11)
@@ -119,3 +122,9 @@ def test_constructor_and_id_both_work_and_arguments_are_checked():
         batchenv.make(lambda: gym.make("CartPole-v1"), 2, max_episode_steps=5)
     with pytest.raises(ValueError, match="start_method must be one of"):
         batchenv.make("CartPole-v1", 2, start_method="fork")
+
+
+@pytest.mark.parametrize("spin_us", [-1.0, float("nan")], ids=["negative", "nan"])
+def test_spin_must_be_a_non_negative_number(spin_us):
+    with pytest.raises(ValueError, match="spin_us must be >= 0"):
+        batchenv.make("CartPole-v1", 2, 1, spin_us=spin_us)
