@@ -6,6 +6,7 @@ Methods (each resets finished envs, so the count includes episode turnover):
   async      gymnasium AsyncVectorEnv (shared memory)
   per-env    batchenv.BatchEnv of one ExternalProcess per env (the TF Agents way)
   make/W     batchenv.make with W worker processes, explicit reset(indices) of finished rows
+             (make/W+sU: with spin_us=U, see --spin-us)
   vector/W   batchenv.vector.BatchVectorEnv (autoreset, one round trip per step)
 
 Prints a table with each method's steps/s and its ratio to AsyncVectorEnv and to the plain
@@ -161,8 +162,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--envs", default="CartPole-v1,HalfCheetah-v5")
+    parser.add_argument(
+        "--spin-us",
+        default=None,
+        help="comma-separated spin_us values for batchenv.make (default: make's default)",
+    )
     args = parser.parse_args()
     seconds = args.seconds or (0.5 if args.quick else 1.5)
+    spins = [None] if args.spin_us is None else [float(v) for v in args.spin_us.split(",")]
     cores = len(os.sched_getaffinity(0))
     sizes = {"CartPole-v1": [1, 4, 16, 64, 256], "HalfCheetah-v5": [1, 4, 16]}
     if args.quick:
@@ -179,7 +186,7 @@ def main() -> None:
         space = probe.action_space
         probe.close()
         print(f"\n## {env_id}  (steps/s; ratios to gymnasium AsyncVectorEnv and to the plain loop)")
-        print(f"{'N':>5} {'method':<12} {'steps/s':>12} {'x async':>8} {'x plain':>8}")
+        print(f"{'N':>5} {'method':<14} {'steps/s':>12} {'x async':>8} {'x plain':>8}")
         for n in sizes.get(env_id, [16]):
             actions = random_actions(space, n, 256)
             results = {"plain": run_plain(env_id, n, actions, seconds)}
@@ -188,14 +195,17 @@ def main() -> None:
             if n <= 64:
                 results["per-env"] = run_per_env(env_id, n, actions, seconds)
             for workers in sorted({1, 2, cores, 4}):
-                if workers <= n:
-                    env = batchenv.make(env_id, n, workers)
-                    results[f"make/{workers}"] = run_batch(env, n, actions, seconds)
+                for spin in spins:
+                    if workers <= n:
+                        options = {} if spin is None else {"spin_us": spin}
+                        name = f"make/{workers}" + ("" if not spin else f"+s{spin:g}")
+                        env = batchenv.make(env_id, n, workers, **options)
+                        results[name] = run_batch(env, n, actions, seconds)
             results[f"vector/{cores}"] = run_vector(env_id, n, cores, actions, seconds)
             async_, plain = results["async"], results["plain"]
             for name, rate in results.items():
                 ratios = f"{rate / async_:>8.2f} {rate / plain:>8.2f}"
-                print(f"{n:>5} {name:<12} {rate:>12,.0f} {ratios}")
+                print(f"{n:>5} {name:<14} {rate:>12,.0f} {ratios}")
     print(
         "\n## start-up and memory at N=64 (CartPole-v1), in a fresh interpreter that imported torch"
     )
