@@ -1,7 +1,9 @@
 """Batched torch and Triton environments, installed as ``batchenv.kernels``.
 
 The classic-control envs reproduce Gymnasium's CartPole-v1, Pendulum-v1,
-MountainCarContinuous-v0 and Acrobot-v1 as InGraphEnvs (``batchenv.in_graph.env``)::
+MountainCarContinuous-v0 and Acrobot-v1 as InGraphEnvs (``batchenv.in_graph.env``);
+``DiscreteTag`` and ``ContinuousTag`` are WarpDrive's multi-agent Tag games (an agent axis
+after the batch axis)::
 
     >>> import torch
     >>> from batchenv.kernels import CartPole
@@ -14,5 +16,14 @@ from .acrobot import Acrobot
 from .cartpole import CartPole
 from .mountain_car import MountainCarContinuous
 from .pendulum import Pendulum
+from .tag_continuous import ContinuousTag
+from .tag_discrete import DiscreteTag
 
-__all__ = ["Acrobot", "CartPole", "MountainCarContinuous", "Pendulum"]
+__all__ = [
+    "Acrobot",
+    "CartPole",
+    "ContinuousTag",
+    "DiscreteTag",
+    "MountainCarContinuous",
+    "Pendulum",
+]

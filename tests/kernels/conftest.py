@@ -22,7 +22,16 @@ import os
 import pytest
 import torch
 
-KERNEL_MODULES = ("_triton", "cartpole", "pendulum", "mountain_car", "acrobot", "sampler")
+KERNEL_MODULES = (
+    "_triton",
+    "cartpole",
+    "pendulum",
+    "mountain_car",
+    "acrobot",
+    "sampler",
+    "tag_discrete",
+    "tag_continuous",
+)
 
 
 def _import_kernels_for_this_machine() -> None:

@@ -1,0 +1,371 @@
+"""GPU-native env throughput: Triton kernels vs torch eager vs torch.compile, the sampler,
+and an end-to-end training loop, with ratios to WarpDrive's published V100 figures.
+
+Sections (each row is measured in this run, on this machine):
+
+  env steps/s   Tag (discrete and continuous) over num_envs (100 ... 100k) and agents per
+                env (5 ... 1000). One step = every env advances once with random actions,
+                and the envs that finished at the previous step start afresh in the same
+                call (``reset_mask``), so episode turnover is included and nothing leaves
+                the device. "env steps/s" counts envs x steps per second (WarpDrive's unit);
+                agent steps/s are that times the agents per env.
+  sampler       actions/s of ``sample_categorical`` (Triton) vs ``torch.multinomial`` and
+                ``torch.distributions.Categorical`` on ``[envs x agents, 5]`` logits.
+  end-to-end    training iterations/s (env steps/s of a rollout + learning loop): per step a
+                shared MLP policy, categorical sampling and the env step; every 16 steps one
+                actor-critic gradient step. WarpDrive's unit again.
+
+Anchors (REFERENCE.md §3.4, one V100): discrete Tag 2000 envs x 5 agents 9.8M env steps/s,
+x 1000 agents 2.9M; continuous Tag 2000 x 5 8.3M, x 105 0.15M; sampler 18M actions/s;
+end-to-end 1.3M (x 5 agents), 0.58M (x 1000). Target on an H200: >= 5x each. Rows with the
+anchor's configuration print the ratio.
+
+Without a GPU the Triton rows are listed as needing one (on CPU Triton runs only in its
+interpreter, which is for tests) and the torch backends run at modest sizes::
+
+    python benchmarks/gpu_envs.py                 # full grid on CUDA, modest grid on CPU
+    python benchmarks/gpu_envs.py --quick         # fewer sizes, shorter runs
+    python benchmarks/gpu_envs.py --no-compile    # skip the torch.compile rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from batchenv.kernels import ContinuousTag, DiscreteTag, _triton
+from batchenv.kernels.sampler import _sample_kernel, sample_categorical
+
+# (name, num_envs, agents) -> WarpDrive's V100 figure.
+ANCHORS = {
+    ("discrete", 2000, 5): 9.8e6,
+    ("discrete", 2000, 1000): 2.9e6,
+    ("continuous", 2000, 5): 8.3e6,
+    ("continuous", 2000, 105): 0.15e6,
+    ("sampler", 2000, 5): 18e6,
+    ("end-to-end", 2000, 5): 1.3e6,
+    ("end-to-end", 2000, 1000): 0.58e6,
+}
+TARGET = 5.0
+#: Largest observation tensor a row may allocate; bigger rows use the partial observation.
+MAX_OBS_BYTES = 1 << 30
+
+
+@dataclass
+class Row:
+    """One measured configuration."""
+
+    section: str
+    game: str
+    backend: str
+    num_envs: int
+    agents: int
+    rate: float | None  #: steps (or actions) per second; None: not run
+    note: str = ""
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(
+    step: Callable[[int], object], device: torch.device, seconds: float, warmup: int
+) -> float:
+    """Calls of ``step(i)`` per second, after ``warmup`` calls, for about ``seconds``."""
+    for i in range(warmup):
+        step(i)
+    sync(device)
+    calls, begin = 0, time.perf_counter()
+    batch = 1
+    while True:
+        for i in range(batch):
+            step(calls + i)
+        calls += batch
+        sync(device)
+        elapsed = time.perf_counter() - begin
+        if elapsed >= seconds:
+            return calls / elapsed
+        batch = min(batch * 2, 256)
+
+
+# -- envs -----------------------------------------------------------------------------------
+
+
+def make_game(game: str, num_envs: int, agents: int, backend: str, device: torch.device):
+    """Tag with ``agents`` per env: discrete (agents - 1 taggers, one runner; full
+    observation unless it would exceed MAX_OBS_BYTES) or continuous (1 tagger per 20 agents,
+    the rest runners, all others observed up to the same memory cap, else the 10 nearest)."""
+    if game == "discrete":
+        full = num_envs * agents * (4 * agents + 1) * 4 <= MAX_OBS_BYTES
+        env = DiscreteTag(
+            num_envs,
+            num_taggers=agents - 1,
+            full_observation=full,
+            device=device,
+            seed=0,
+            backend=backend,
+        )
+        return env, "full obs" if full else "partial obs"
+    taggers = max(1, agents // 20)
+    all_observed = num_envs * agents * (7 * (agents - 1) + 1) * 4 * 8 <= MAX_OBS_BYTES * 4
+    env = ContinuousTag(
+        num_envs,
+        num_taggers=taggers,
+        num_runners=agents - taggers,
+        num_other_agents_observed=None if all_observed else min(10, agents - 1),
+        device=device,
+        seed=0,
+        backend=backend,
+    )
+    return env, "all observed" if all_observed else "10 nearest"
+
+
+def random_actions(env, count: int) -> list[torch.Tensor]:
+    shape = (env.num_envs, env.num_agents, *env.single_action_space.shape)
+    high = 5 if isinstance(env, DiscreteTag) else int(env.single_action_space.nvec[0])
+    generator = torch.Generator(device=env.device).manual_seed(0)
+    return [
+        torch.randint(0, high, shape, generator=generator, device=env.device) for _ in range(count)
+    ]
+
+
+def env_rate(game, num_envs, agents, backend, device, seconds, compiled=False) -> Row:
+    label = "torch-compiled" if compiled else backend
+    try:
+        env, note = make_game(game, num_envs, agents, backend, device)
+        actions = random_actions(env, 8)
+        step = torch.compile(env.step, fullgraph=True) if compiled else env.step
+        state = {"done": torch.zeros(num_envs, dtype=torch.bool, device=device)}
+
+        def one(i):
+            _, _, terminated, truncated = step(actions[i % 8], state["done"])
+            state["done"] = terminated | truncated
+
+        rate = timed(one, device, seconds, warmup=3 if compiled else 2) * num_envs
+        return Row("env", game, label, num_envs, agents, rate, note)
+    except torch.OutOfMemoryError:
+        return Row("env", game, label, num_envs, agents, None, "out of memory")
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# -- sampler --------------------------------------------------------------------------------
+
+
+def sampler_rows(num_envs, agents, device, seconds, triton_ok) -> list[Row]:
+    logits = torch.randn(num_envs, agents, 5, device=device)
+    rows = []
+    methods = {
+        "torch.multinomial": lambda i: torch.multinomial(
+            torch.softmax(logits.reshape(-1, 5), dim=-1), 1
+        ),
+        "torch Categorical": lambda i: torch.distributions.Categorical(logits=logits).sample(),
+    }
+    if triton_ok:
+        out = torch.empty(num_envs, agents, dtype=torch.int64, device=device)
+        methods = {
+            "triton": lambda i: sample_categorical(
+                logits=logits, seed=1, offset=i, out=out, validate=False
+            ),
+            **methods,
+        }
+    else:
+        rows.append(Row("sampler", "categorical", "triton", num_envs, agents, None, "needs a GPU"))
+    for name, fn in methods.items():
+        rate = timed(fn, device, seconds, warmup=2) * num_envs * agents
+        rows.append(Row("sampler", "categorical", name, num_envs, agents, rate))
+    return rows
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+class Policy(nn.Module):
+    """Shared actor-critic MLP over every agent's observation."""
+
+    def __init__(self, observ_size: int, hidden: int = 64):
+        super().__init__()
+        self.torso = nn.Sequential(nn.Linear(observ_size, hidden), nn.Tanh())
+        self.heads = nn.Linear(hidden, 6)  # 5 logits and a value
+
+    def forward(self, observ):
+        out = self.heads(self.torso(observ))
+        return out[..., :5], out[..., 5]
+
+
+def end_to_end_rate(num_envs, agents, backend, device, seconds, rollout=16) -> Row:
+    """Env steps/s of a rollout + A2C loop on discrete Tag (partial observation)."""
+    try:
+        env = DiscreteTag(
+            num_envs,
+            num_taggers=agents - 1,
+            full_observation=False,
+            device=device,
+            seed=0,
+            backend=backend,
+        )
+        policy = Policy(env.obs_dim).to(device)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+        observ = env.reset(torch.arange(num_envs, device=device))
+        done = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        buffer: list[tuple[torch.Tensor, ...]] = []
+        use_kernel = backend == "triton"
+
+        def one(i):
+            nonlocal observ, done
+            with torch.no_grad():
+                logits, _ = policy(observ)
+                if use_kernel:
+                    action = sample_categorical(logits=logits, seed=0, offset=i, validate=False)
+                else:
+                    probs = torch.softmax(logits.reshape(-1, 5), dim=-1)
+                    action = torch.multinomial(probs, 1).reshape(num_envs, agents)
+            next_observ, reward, terminated, truncated = env.step(action, done)
+            buffer.append((observ, action, reward, terminated | truncated))
+            observ, done = next_observ, terminated | truncated
+            if len(buffer) == rollout:
+                obs, act, rew, fin = (torch.stack(x) for x in zip(*buffer))
+                logits, value = policy(obs)
+                with torch.no_grad():
+                    ret = torch.zeros_like(rew[0])
+                    returns = []
+                    for t in reversed(range(rollout)):
+                        ret = rew[t] + 0.97 * ret * (~fin[t])[:, None]
+                        returns.append(ret)
+                    returns = torch.stack(returns[::-1])
+                log_prob = torch.log_softmax(logits, -1).gather(-1, act[..., None])[..., 0]
+                advantage = (returns - value).detach()
+                loss = -(log_prob * advantage).mean() + 0.5 * (returns - value).square().mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                buffer.clear()
+
+        rate = timed(one, device, seconds, warmup=rollout) * num_envs
+        return Row("end-to-end", "discrete", backend, num_envs, agents, rate)
+    except torch.OutOfMemoryError:
+        return Row("end-to-end", "discrete", backend, num_envs, agents, None, "out of memory")
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def fmt_rate(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    if rate < 1e3:
+        return f"{rate:.1f}"
+    return f"{rate / 1e6:.3f}M" if rate >= 1e5 else f"{rate / 1e3:.1f}k"
+
+
+def print_rows(rows: list[Row]) -> None:
+    print(
+        f"{'section':<11}{'game':<12}{'backend':<19}{'envs':>8}{'agents':>7}"
+        f"{'per second':>13}{'agent-steps/s':>15}{'vs V100':>9}  note"
+    )
+    for row in rows:
+        anchor_key = (
+            "sampler" if row.section == "sampler" else row.section,
+            row.num_envs,
+            row.agents,
+        )
+        if row.section == "env":
+            anchor_key = (row.game, row.num_envs, row.agents)
+        anchor = ANCHORS.get(anchor_key)
+        ratio = "" if anchor is None or row.rate is None else f"{row.rate / anchor:.3f}x"
+        agent_rate = (
+            "" if row.section != "env" or row.rate is None else fmt_rate(row.rate * row.agents)
+        )
+        note = row.note
+        if anchor is not None and row.rate is not None and row.backend == "triton":
+            note = (note + "; " if note else "") + (
+                "meets the 5x target" if row.rate >= TARGET * anchor else "below the 5x target"
+            )
+        print(
+            f"{row.section:<11}{row.game:<12}{row.backend:<19}{row.num_envs:>8}{row.agents:>7}"
+            f"{fmt_rate(row.rate):>13}{agent_rate:>15}{ratio:>9}  {note}"
+        )
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile rows")
+    parser.add_argument("--seconds", type=float, default=None, help="time per measurement")
+    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = device.type == "cuda"
+    seconds = args.seconds or (0.5 if args.quick else 1.0 if gpu else 1.5)
+    triton_reason = _triton.unavailable_reason(_sample_kernel, device)
+    if triton_reason is None and _triton.kernel_mode(_sample_kernel) == "interpreted":
+        triton_reason = "only Triton's interpreter is available here (tests only)"
+    triton_ok = triton_reason is None
+    name = torch.cuda.get_device_name(device) if gpu else platform.processor() or platform.machine()
+    print(
+        f"device: {device} ({name}); torch {torch.__version__}; threads {torch.get_num_threads()}"
+    )
+    if not triton_ok:
+        print(
+            f"NOTE: the Triton rows need a GPU ({triton_reason}); they are listed, not run. "
+            "The torch backends run at modest sizes. On a CUDA machine this script runs the "
+            "full grid unchanged."
+        )
+    if gpu:
+        env_sizes = [100, 1000, 2000, 10000, 100000]
+        agent_counts = [5, 50, 200, 1000]
+        continuous_agents = [5, 105]
+    elif args.quick:
+        env_sizes, agent_counts, continuous_agents = [100, 2000], [5, 50], [5]
+    else:
+        env_sizes, agent_counts, continuous_agents = (
+            [100, 1000, 2000, 10000],
+            [5, 50, 200],
+            [5, 105],
+        )
+    if args.quick and gpu:
+        env_sizes, agent_counts = [100, 2000, 100000], [5, 1000]
+    backends = ["torch"] + (["triton"] if triton_ok else [])
+    compile_sizes = {2000} if args.no_compile is False else set()
+
+    rows: list[Row] = []
+    configs = [("discrete", n, 5) for n in env_sizes]
+    configs += [("discrete", 2000, a) for a in agent_counts if a != 5]
+    configs += [("continuous", n, 5) for n in env_sizes if n <= (100000 if gpu else 2000)]
+    configs += [("continuous", 2000 if gpu else 200, a) for a in continuous_agents if a != 5]
+    for game, n, agents in configs:
+        for backend in backends:
+            rows.append(env_rate(game, n, agents, backend, device, seconds))
+        if not triton_ok:
+            rows.append(Row("env", game, "triton", n, agents, None, "needs a GPU"))
+        if n in compile_sizes and (agents == 5 or gpu):
+            rows.append(env_rate(game, n, agents, "torch", device, seconds, compiled=True))
+        print_progress(rows[-1])
+    rows += sampler_rows(2000, 5, device, seconds, triton_ok)
+    if gpu:
+        rows += sampler_rows(2000, 1000, device, seconds, triton_ok)
+    e2e_agents = [5, 1000] if gpu else [5]
+    for agents in e2e_agents:
+        for backend in backends:
+            rows.append(end_to_end_rate(2000, agents, backend, device, seconds * 2))
+        if not triton_ok:
+            rows.append(Row("end-to-end", "discrete", "triton", 2000, agents, None, "needs a GPU"))
+    print()
+    print_rows(rows)
+    return rows
+
+
+def print_progress(row: Row) -> None:
+    print(f"  measured {row.game} {row.num_envs} envs x {row.agents} agents", flush=True)
+
+
+if __name__ == "__main__":
+    main()
