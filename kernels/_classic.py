@@ -169,6 +169,19 @@ class ClassicControlEnv:
         truncated = self.elapsed >= self.max_episode_steps
         return self._observe(state), reward.to(torch.float32), terminated, truncated
 
+    def seed(self, seed: int) -> None:
+        """Re-key the fresh starts: from now on they are those of a new env built with
+        ``seed`` (row i's next fresh start is its first one under that seed).
+
+        The current states are kept; reset the rows to start them afresh.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {seed!r}")
+        self._seed = seed
+        self._restarts = torch.zeros_like(self._restarts)
+        if self.backend == "torch":
+            self._key = make_key(seed, self.device)
+
     # -- state access (tests, the consistency checker, checkpointing) --------------------
 
     def get_state(self) -> dict[str, torch.Tensor]:

@@ -102,6 +102,19 @@ class TagEnvBase:
             f"device={self.device}, backend={self.backend})"
         )
 
+    def seed(self, seed: int) -> None:
+        """Re-key the fresh starts: from now on they are those of a new env built with
+        ``seed`` (env i's next fresh start is its first one under that seed).
+
+        The current states are kept; reset the envs to start them afresh.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {seed!r}")
+        self._seed = seed % (1 << 64)
+        self._restarts = torch.zeros_like(self._restarts)
+        if self.backend == "torch":
+            self._key = make_key(self._seed, self.device)
+
     # -- the InGraphEnv protocol ---------------------------------------------------------
 
     def reset(self, indices: torch.Tensor) -> torch.Tensor:

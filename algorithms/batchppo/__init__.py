@@ -8,13 +8,16 @@
 
 Modules: ``config`` (BatchPPOConfig, PRESETS), ``networks`` (policy and value nets, KL),
 ``normalize`` (streaming normaliser), ``memory`` (padded episode store), ``losses``
-(returns, GAE, PPO losses, the beta rule), ``algorithm`` (the BatchPPO class).
+(returns, GAE, PPO losses, the beta rule), ``algorithm`` (the BatchPPO class), ``envs``
+(the env stack it trains on), ``train`` (the training loop: ``train()``, ``evaluate()``),
+``cli`` (``batchenv train batchppo`` / ``batchenv evaluate``).
 """
 
 from .algorithm import BatchPPO
 from .config import PRESETS, BatchPPOConfig, field_help, parse_overrides
 from .memory import EpisodeMemory, Episodes
 from .normalize import StreamingNormalize
+from .train import evaluate, train
 
 __all__ = [
     "PRESETS",
@@ -23,6 +26,8 @@ __all__ = [
     "EpisodeMemory",
     "Episodes",
     "StreamingNormalize",
+    "evaluate",
     "field_help",
     "parse_overrides",
+    "train",
 ]

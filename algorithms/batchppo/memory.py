@@ -145,13 +145,20 @@ class EpisodeMemory:
         self.episodes += count
 
     def take(self) -> Episodes:
-        """All finished episodes (padding zeroed); the store is emptied."""
+        """All finished episodes, padded to the longest of them (padding zeroed); the store
+        is emptied.
+
+        Padding only to the longest episode, not to ``max_length``, changes no loss (they
+        are all means over valid steps) and makes an update of short episodes (CartPole's
+        early ones: ~40 of 500 steps) an order of magnitude cheaper.
+        """
         count = self.episodes
         length = self.store["length"][:count].clone()
-        mask = torch.arange(self.max_length, device=self.device) < length.unsqueeze(1)
+        steps = max(1, int(length.max())) if count else 1
+        mask = torch.arange(steps, device=self.device) < length.unsqueeze(1)
         padded = {}
         for name in self._steps:
-            value = self.store[name][:count]
+            value = self.store[name][:count, :steps]
             step_mask = mask.reshape(*mask.shape, *[1] * (value.dim() - 2))
             padded[name] = torch.where(step_mask, value, torch.zeros((), dtype=value.dtype))
         self.episodes = 0

@@ -39,10 +39,10 @@ def test_episodes_are_padded_with_lengths():
     memory.commit(torch.tensor([0]), torch.full((3, 2), 8.0), torch.zeros(3, dtype=torch.bool))
     episodes = memory.take()
     assert episodes.length.tolist() == [2, 3]
-    assert episodes.reward.tolist() == [[1, 2, 0, 0], [1, 2, 3, 0]]
+    assert episodes.reward.tolist() == [[1, 2, 0], [1, 2, 3]]  # padded to the longest
     assert episodes.truncated.tolist() == [True, False]
     assert episodes.last_observ.tolist() == [[9, 9], [8, 8]]
-    assert episodes.mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
+    assert episodes.mask.tolist() == [[1, 1, 0], [1, 1, 1]]
     assert memory.episodes == 0 and memory.running_length.tolist() == [0, 1, 3]
 
 
@@ -67,7 +67,8 @@ def test_begin_discards_the_unfinished_episode_and_padding_is_zeroed():
     memory.commit(torch.tensor([0]), torch.zeros(1, 2), torch.tensor([True]))
     episodes = memory.take()
     assert episodes.length.tolist() == [1]
-    assert episodes.observ[0].tolist() == [[1, 1], [0, 0], [0, 0], [0, 0]]  # no stale 6, 7
+    assert episodes.observ[0].tolist() == [[1, 1]]  # padded to the longest: 1 step
+    assert memory.store["observ"][0, 1:3].tolist() == [[6, 6], [7, 7]]  # stale, never taken
 
 
 def test_stepping_past_max_length_raises():

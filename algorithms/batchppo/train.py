@@ -1,0 +1,323 @@
+"""train(): BatchPPO's training loop, alternating train and eval phases (REFERENCE.md §1.5).
+
+Read top to bottom, like CleanRL's ``ppo.py``:
+
+1. the run directory (new, or reopened with its checkpoint when resuming);
+2. the env (:func:`~batchenv.algorithms.batchppo.envs.make_env`) and the algorithm;
+3. rounds until ``config.steps`` training env steps are done, each round
+   - a train phase of ``update_every * max_length`` env steps (sampled actions, learning),
+   - an eval phase of ``ceil(eval_episodes / num_agents) * max_length`` lockstep steps
+     (mean actions, no learning),
+   each phase a plain loop over ``simulate()`` that starts with a forced reset of every row
+   (and a reseed of the envs, so a phase's episodes depend only on the seed and the phase
+   number);
+4. after every round: a metrics row per phase, ``curve.png`` and an atomic checkpoint
+   (algorithm, normalisers, optimiser, RNG states, step counters), so ``resume=True``
+   continues exactly where the last round ended.
+
+Env steps count every row (``num_agents`` per ``simulate()`` call); ``config.steps`` counts
+training steps only.
+
+    >>> from batchenv.algorithms.batchppo import PRESETS, train
+    >>> config = PRESETS["cartpole"].replace(env="batchenv.kernels:CartPole", steps=20_000)
+    >>> scores = train(config, logdir="runs/cartpole")   # eval scores, one per round
+    >>> scores = train(config.replace(steps=40_000), logdir="runs/cartpole", resume=True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
+from batchenv.in_graph.simulate import in_graph_batch_env, simulate
+from batchenv.run_dir import RunDirectory
+
+from .algorithm import BatchPPO
+from .config import BatchPPOConfig
+from .envs import make_env, phase_seed, reseed
+
+__all__ = ["config_from_run", "evaluate", "run_phase", "train"]
+
+ALGORITHM = "batchppo"
+
+#: The columns of metrics.csv after step, wall_time and phase, in this order.
+METRICS = (
+    "mean_score",
+    "mean_length",
+    "episodes",
+    "policy_loss",
+    "value_loss",
+    "kl",
+    "entropy",
+    "beta",
+    "updates",
+    "steps_per_s",
+)
+_UPDATE_MEANS = ("policy_loss", "value_loss", "kl", "entropy")
+
+
+def train(
+    config: BatchPPOConfig,
+    env: Any = None,
+    logdir: str | Path | None = None,
+    resume: bool = False,
+    *,
+    progress: bool = True,
+    after_round: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Train BatchPPO per ``config``; return the mean eval score of every round so far.
+
+    Args:
+        config: the settings (env, run length, networks, losses, seed, device).
+        env: an InGraphBatchEnv, InGraphEnv or NumPy BatchEnv of ``config.num_agents`` rows
+            to train on (closed by the caller); None builds ``config.env``.
+        logdir: the run directory; None makes ``runs/batchppo-<env>-<time>``.
+        resume: continue the run in ``logdir`` from its checkpoint. ``config`` must equal
+            the run's config except ``steps`` (which may grow) and ``device``.
+        progress: show a tqdm progress bar (steps, steps/s, the latest eval score).
+        after_round: called as ``after_round(train_steps, eval_score)`` after every
+            round's checkpoint (to stop early, raise).
+
+    Example:
+        >>> config = PRESETS["pendulum"].replace(steps=12_000)
+        >>> scores = train(config, logdir="runs/pendulum-short")
+    """
+    # 1. The env, and the run directory: a new one, or the old one with its checkpoint.
+    if resume:
+        if logdir is None:
+            raise ValueError("resume=True needs logdir, the run directory to continue")
+        _check_same_run(config_from_run(logdir), config)
+    with contextlib.ExitStack() as cleanup:
+        if env is None:
+            env = make_env(config)
+            cleanup.callback(env.close)
+        env = in_graph_batch_env(env)
+        run = cleanup.enter_context(
+            RunDirectory(
+                logdir, ALGORITHM, config, seed=config.seed, env_id=config.env, resume=resume
+            )
+        )
+        checkpoint = run.load_checkpoint() if resume else None
+
+        # 2. The algorithm, restored from the checkpoint when resuming.
+        algo = BatchPPO(env.single_observation_space, env.single_action_space, config)
+        counters = {"train_steps": 0, "eval_steps": 0, "rounds": 0}
+        scores: list[float] = []
+        if checkpoint is not None:
+            algo.load_state_dict(checkpoint["algorithm"])
+            counters = dict(checkpoint["counters"])
+            scores = list(checkpoint["scores"])
+            _set_rng_states(checkpoint["rng"])
+        train_calls = math.ceil(config.update_every * config.max_length / env.num_envs)
+        eval_calls = math.ceil(config.eval_episodes / env.num_envs) * config.max_length
+        bar = _progress_bar(config.steps, counters["train_steps"], scores, progress)
+        if bar is not None:
+            cleanup.callback(bar.close)
+
+        # 3. Rounds of a train phase and an eval phase.
+        while counters["train_steps"] < config.steps:
+            round_ = counters["rounds"]
+            left = math.ceil((config.steps - counters["train_steps"]) / env.num_envs)
+            algo.train_mode()
+            stats = run_phase(
+                env,
+                algo,
+                min(train_calls, left),
+                phase_seed(config.seed, 2 * round_),
+                on_step=bar.update if bar else None,
+            )
+            counters["train_steps"] += stats.pop("steps")
+            run.log(counters["train_steps"], "train", **stats)
+
+            algo.eval_mode()
+            stats = run_phase(env, algo, eval_calls, phase_seed(config.seed, 2 * round_ + 1))
+            algo.train_mode()
+            counters["eval_steps"] += stats.pop("steps")
+            run.log(counters["train_steps"], "eval", **_eval_metrics(stats))
+            scores.append(stats["mean_score"])
+            counters["rounds"] += 1
+
+            # 4. Curve and checkpoint after every round.
+            run.plot_curve()
+            run.save_checkpoint(_checkpoint(algo, config, counters, scores))
+            if bar is not None:
+                bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
+            if after_round is not None:
+                after_round(counters["train_steps"], scores[-1])
+        run.plot_curve()
+        return scores
+
+
+def run_phase(
+    env: InGraphBatchEnv,
+    algo: BatchPPO,
+    calls: int,
+    seed: int | None,
+    on_step: Callable[[int], Any] | None = None,
+) -> dict[str, float]:
+    """``calls`` lockstep steps from a forced reset; the phase's metrics.
+
+    The envs are reseeded with ``seed`` first (None: not). Returns ``steps`` (env steps
+    made), the ``mean_score`` / ``mean_length`` / number of ``episodes`` finished in the
+    phase (NaN / 0 when none finished), the mean losses, KL and entropy of the updates made
+    during the phase (NaN when none), the latest ``beta``, the number of ``updates`` and
+    ``steps_per_s``.
+
+        >>> stats = run_phase(env, algo.eval_mode(), calls=200, seed=1)
+    """
+    if seed is not None and not reseed(env, seed):
+        warnings.warn(
+            f"cannot seed {type(env.env).__name__} (it has no seed(seed) method): phases do "
+            f"not start from known episodes, so a resumed run will not repeat an "
+            f"uninterrupted one exactly",
+            stacklevel=2,
+        )
+    started = time.perf_counter()
+    updates: list[dict[str, torch.Tensor]] = []
+    summaries: dict[str, torch.Tensor] = {}
+    finished = torch.zeros((), dtype=torch.int64, device=env.device)
+    for call in range(calls):
+        done, _, summaries = simulate(env, algo, reset=call == 0, log=call == calls - 1)
+        finished += done.sum()
+        if "updates" in summaries:
+            updates.append(summaries)
+        if on_step is not None:
+            on_step(env.num_envs)
+    seconds = time.perf_counter() - started
+    means = {name: [float(update[name]) for update in updates] for name in _UPDATE_MEANS}
+    stats = {
+        "steps": calls * env.num_envs,
+        "mean_score": float(summaries.get("mean_score", math.nan)),
+        "mean_length": float(summaries.get("mean_length", math.nan)),
+        "episodes": int(finished),
+    }
+    for name in _UPDATE_MEANS:  # (METRICS gives the order: means, beta, updates, steps/s)
+        stats[name] = float(np.mean(means[name])) if means[name] else math.nan
+    stats["beta"] = float(algo.beta)
+    stats["updates"] = len(updates)
+    stats["steps_per_s"] = stats["steps"] / max(seconds, 1e-9)
+    return stats
+
+
+def evaluate(
+    run_dir: str | Path,
+    episodes: int | None = None,
+    num_agents: int | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+) -> dict[str, float]:
+    """Mean-action episodes of the latest checkpoint in ``run_dir``; the phase metrics.
+
+    Runs ``ceil(episodes / num_agents) * max_length`` lockstep steps (defaults: the run's
+    ``eval_episodes`` and ``num_agents``) on envs seeded with ``seed`` (default: the run's
+    seed + 1000, unlike any training phase).
+
+        >>> evaluate("runs/cartpole", episodes=10)["mean_score"]
+        500.0
+    """
+    overrides = {"device": device} if device else {}
+    saved = config_from_run(run_dir)
+    config = saved.replace(num_agents=num_agents or saved.num_agents, **overrides)
+    run = RunDirectory(run_dir, ALGORITHM, resume=True, tensorboard=False)
+    try:
+        checkpoint = run.load_checkpoint()
+    finally:
+        run.close()
+    if checkpoint is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet (it is written after a round)")
+    env = make_env(config)
+    try:
+        algo = BatchPPO(env.single_observation_space, env.single_action_space, config)
+        state = dict(checkpoint["algorithm"])
+        if state["num_rows"] is not None and state["num_rows"] != env.num_envs:
+            state.update(num_rows=None, memory=None, recurrent_state=None, last_params=None)
+        algo.load_state_dict(state)
+        calls = math.ceil((episodes or config.eval_episodes) / env.num_envs) * config.max_length
+        seed = config.seed + 1000 if seed is None else seed
+        return run_phase(env, algo.eval_mode(), calls, seed)
+    finally:
+        env.close()
+
+
+def config_from_run(run_dir: str | Path) -> BatchPPOConfig:
+    """The BatchPPOConfig stored in ``run_dir/config.json``."""
+    run = RunDirectory(run_dir, ALGORITHM, resume=True, tensorboard=False)
+    run.close()
+    if run.record.get("algorithm") != ALGORITHM:
+        raise ValueError(
+            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {ALGORITHM!r} run"
+        )
+    values = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in run.config.items()
+    }
+    return BatchPPOConfig(**values)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _check_same_run(saved: BatchPPOConfig, config: BatchPPOConfig) -> None:
+    """A resumed run may only change ``steps`` and ``device``."""
+    changed = [
+        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
+        for field in dataclasses.fields(BatchPPOConfig)
+        if field.name not in ("steps", "device")
+        and getattr(saved, field.name) != getattr(config, field.name)
+    ]
+    if changed:
+        raise ValueError(
+            "resume continues a run with its own config; only steps and device may change, "
+            f"but these differ: {'; '.join(changed)}"
+        )
+
+
+def _eval_metrics(stats: dict[str, float]) -> dict[str, float]:
+    names = ("mean_score", "mean_length", "episodes", "steps_per_s")
+    return {name: stats[name] for name in names}
+
+
+def _checkpoint(
+    algo: BatchPPO, config: BatchPPOConfig, counters: dict[str, int], scores: list[float]
+) -> dict[str, Any]:
+    return {
+        "algorithm": algo.state_dict(),
+        "config": dataclasses.asdict(config),
+        "counters": dict(counters),
+        "scores": list(scores),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+        },
+    }
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+
+
+def _progress_bar(total: int, done: int, scores: list[float], enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total, initial=done, unit="step", unit_scale=True, mininterval=1.0, dynamic_ncols=True
+    )
+    if scores:
+        bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
+    return bar

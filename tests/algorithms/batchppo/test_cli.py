@@ -1,0 +1,213 @@
+"""``batchenv train batchppo`` and ``batchenv evaluate``: the CI smoke test and the errors."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from batchenv.algorithms.batchppo import PRESETS, BatchPPOConfig, field_help
+from batchenv.algorithms.batchppo import cli as batchppo_cli
+from batchenv.algorithms.batchppo.train import METRICS
+from batchenv.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
+# A few hundred steps: 4 Pendulum envs, a train phase of 2 episodes' worth (400 steps).
+SMALL = [
+    "--num-envs",
+    "4",
+    "--set",
+    "update_every=2",
+    "eval_episodes=4",
+    "policy_layers=16,16",
+    "value_layers=16,16",
+    "update_epochs=3",
+    "--no-progress",
+]
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def _without_timing(rows):
+    return [{k: v for k, v in row.items() if k not in ("wall_time", "steps_per_s")} for row in rows]
+
+
+def _assert_run_directory(run_dir: Path, env: str, steps: list[int]) -> None:
+    record = json.loads((run_dir / "config.json").read_text())
+    assert record["algorithm"] == "batchppo" and record["seed"] == 0
+    assert re.fullmatch(r"[0-9a-f]{40}", record["git_commit"]), record["git_commit"]
+    assert record["config"]["env"] == env and record["config"]["num_agents"] == 4
+    rows = _rows(run_dir)
+    assert list(rows[0]) == ["step", "wall_time", "phase", *METRICS]
+    assert [int(row["step"]) for row in rows] == steps
+    assert [row["phase"] for row in rows] == ["train", "eval"] * (len(steps) // 2)
+    if importlib.util.find_spec("tensorboard") is not None:
+        assert list(run_dir.glob("events.out.tfevents.*"))
+    assert (run_dir / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert checkpoint["counters"]["train_steps"] == steps[-1]
+
+
+def test_train_resume_and_evaluate_in_process(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", "batchppo", "--env", "Pendulum-v1", *SMALL]
+    assert main([*args, "--steps", "400", "--logdir", str(run)]) == 0
+    _assert_run_directory(run, "Pendulum-v1", [400, 400])
+    assert "final eval score" in capsys.readouterr().out
+
+    resume = ["train", "batchppo", "--resume", str(run), "--steps", "800", "--no-progress"]
+    assert main(resume) == 0
+    _assert_run_directory(run, "Pendulum-v1", [400, 400, 800, 800])
+
+    whole = tmp_path / "whole"  # the same 800 steps without a break
+    assert main([*args, "--steps", "800", "--logdir", str(whole)]) == 0
+    assert _without_timing(_rows(run)) == _without_timing(_rows(whole))
+
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--episodes", "4", "--num-envs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"mean return -?\d+\.\d\d over 4 episodes \(mean length 200\.0\)\n", out)
+
+
+def test_train_in_a_subprocess(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "batchenv.cli", "train", "batchppo"]
+    command += ["--env", "batchenv.kernels:Pendulum", "--steps", "400", *SMALL]
+    done = subprocess.run(
+        [*command, "--logdir", str(run)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "batchppo: training on batchenv.kernels:Pendulum for 400 env steps" in done.stderr
+    assert re.search(r"final eval score -?\d+\.\d", done.stdout)
+    _assert_run_directory(run, "batchenv.kernels:Pendulum", [400, 400])
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="batchenv train batchppo")
+    batchppo_cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_default_is_the_cartpole_preset_on_the_in_graph_cartpole():
+    config = batchppo_cli.make_config(_parse())
+    assert config == PRESETS["cartpole"].replace(env="batchenv.kernels:CartPole")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--env", "Pendulum-v1"], PRESETS["pendulum"]),
+        (
+            ["--env", "batchenv.kernels:Pendulum"],
+            PRESETS["pendulum"].replace(env="batchenv.kernels:Pendulum"),
+        ),
+        (["--preset", "cheetah", "--num-envs", "10"], PRESETS["cheetah"].replace(num_agents=10)),
+        (
+            ["--env", "MountainCarContinuous-v0", "--steps", "2e5"],
+            BatchPPOConfig(env="MountainCarContinuous-v0", max_length=999, steps=200_000),
+        ),
+        (  # the preset, then --set, then the named options
+            ["--preset", "pendulum", "--set", "seed=3", "discount=0.9", "--seed", "5"],
+            PRESETS["pendulum"].replace(seed=5, discount=0.9),
+        ),
+        (
+            ["--device", "cuda", "--set", "gae_lambda=0.95", "policy_layers=64,64"],
+            PRESETS["cartpole"].replace(
+                env="batchenv.kernels:CartPole",
+                device="cuda",
+                gae_lambda=0.95,
+                policy_layers=(64, 64),
+            ),
+        ),
+    ],
+    ids=["preset-of-env", "preset-of-in-graph-env", "preset", "no-preset", "precedence", "set"],
+)
+def test_options_build_the_config(argv, expected):
+    assert batchppo_cli.make_config(_parse(*argv)) == expected
+
+
+def test_help_lists_every_config_field(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "batchppo", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for name, doc in field_help().items():
+        assert f"{name} = {getattr(BatchPPOConfig(), name)!r}" in out
+        assert " ".join(doc.split()) in out
+    assert "--num-envs NUM_AGENTS Number of envs stepped in lockstep (batch rows)." in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--preset", "pendulm"],
+            "argument --preset: unknown preset 'pendulm'; did you mean 'pendulum'? Presets: "
+            "pendulum, cartpole, reacher, cheetah, walker, hopper, ant, humanoid",
+        ),
+        (
+            ["--set", "learning_rat=1e-3"],
+            "argument --set: BatchPPOConfig has no field 'learning_rat'; did you mean "
+            "'learning_rate'? Fields: env, max_length,",
+        ),
+        (["--set", "discount"], "argument --set: override 'discount' is not of the form key=value"),
+        (
+            ["--steps", "many"],
+            "argument --steps: override 'steps=many': cannot read 'many' as int",
+        ),
+        (["--device", "tpu"], "argument --device: device must be cpu or cuda[:N], got 'tpu'"),
+    ],
+    ids=["unknown-preset", "unknown-key", "no-value", "bad-value", "bad-device"],
+)
+def test_bad_options_exit_with_a_clear_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "batchppo", *argv])
+    assert exit_.value.code == 2
+    assert f"batchenv train batchppo: error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--env", "NoSuchEnv-v0"],
+            "unknown env 'NoSuchEnv-v0': expected a registered Gymnasium id",
+        ),
+        (["--set", "discount=2"], "BatchPPOConfig.discount must be in (0, 1], got 2.0"),
+        (
+            ["--env", "batchenv.kernels:CartPole", "--set", "max_length=100"],
+            "ends its episodes after 500 steps, but config.max_length=100",
+        ),
+    ],
+    ids=["unknown-env", "invalid-value", "short-max-length"],
+)
+def test_bad_configs_return_2_with_a_clear_message(tmp_path, argv, message, capsys):
+    assert main(["train", "batchppo", *argv, "--logdir", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # nothing written for a run that never started
+
+
+def test_resume_errors(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "batchppo", "--env", "batchenv.kernels:Pendulum", "--steps", "200", *SMALL]
+    assert main([*argv, "--logdir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["train", "batchppo", "--resume", str(run), "--num-envs", "8"]) == 2
+    assert "only --steps and --device may be given with it" in capsys.readouterr().err
+    assert main(["train", "batchppo", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "is not a run directory (no config.json)" in capsys.readouterr().err
+    assert main([*argv, "--logdir", str(run)]) == 2
+    assert "already holds a run; pass resume=True (--resume)" in capsys.readouterr().err
