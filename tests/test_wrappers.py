@@ -15,12 +15,19 @@ import batchenv.wrappers
 from batchenv.wrappers import (
     ActionRepeat,
     ClipAction,
+    ClipReward,
     ConvertTo32Bit,
+    EpisodicLife,
     FrameDelta,
     FrameHistory,
+    GrayResize,
+    MaxAndSkip,
+    NoopReset,
     RandomStart,
     RangeNormalize,
+    make_atari,
 )
+from tests.atari_fakes import FakeAtari
 
 
 class ScriptedEnv(gymnasium.Env):
@@ -537,3 +544,115 @@ def test_random_start_with_zero_steps_is_a_plain_reset():
 def test_random_start_rejects_bad_max_steps(max_steps, error, message):
     with pytest.raises(error, match=message):
         RandomStart(counting_env(), max_steps)
+
+
+# ---- Atari preprocessing --------------------------------------------------------------
+
+
+def test_noop_reset_takes_between_one_and_max_noops() -> None:
+    counts = set()
+    for seed in range(40):
+        env = NoopReset(FakeAtari(), noop_max=30)
+        _, info = env.reset(seed=seed)
+        assert 1 <= info["noops"] <= 30
+        assert env.unwrapped.actions == [0] * info["noops"]  # only the no-op action
+        assert env.unwrapped.frame == info["noops"]
+        counts.add(info["noops"])
+    assert len(counts) > 10  # the count varies with the seed
+    first = NoopReset(FakeAtari()).reset(seed=7)[1]["noops"]
+    assert NoopReset(FakeAtari()).reset(seed=7)[1]["noops"] == first  # and is reproducible
+
+
+def test_noop_reset_restarts_a_game_that_ends_during_noops() -> None:
+    env = NoopReset(FakeAtari(lives=1, frames_per_life=2), noop_max=30)
+    _, info = env.reset(seed=3)
+    assert info["noops"] >= 2 and env.unwrapped.resets >= 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_noop_reset_rejects_bad_counts(bad) -> None:
+    with pytest.raises((ValueError, TypeError), match="NoopReset noop_max must be"):
+        NoopReset(FakeAtari(), noop_max=bad)
+
+
+def test_max_and_skip_repeats_sums_and_maxes_the_last_two_frames() -> None:
+    env = MaxAndSkip(FakeAtari(), skip=4)
+    env.reset(seed=0)
+    observ, reward, terminated, truncated, _ = env.step(3)
+    assert env.unwrapped.actions == [3, 3, 3, 3] and reward == 4.0
+    # Frames 3 (value 3) and 4 (flicker: 0): the maximum shows the sprite.
+    assert observ.shape == (210, 160, 3) and int(observ.min()) == int(observ.max()) == 3
+    assert not terminated and not truncated
+
+
+def test_max_and_skip_stops_at_the_end_of_the_episode() -> None:
+    env = MaxAndSkip(FakeAtari(lives=1, frames_per_life=6), skip=4)
+    env.reset(seed=0)
+    env.step(0)
+    observ, reward, terminated, _, _ = env.step(0)  # frames 5, 6: ends at frame 6
+    assert terminated and reward == 2.0 and int(observ.max()) == 5
+
+
+def test_gray_resize_is_exact_area_averaging() -> None:
+    # An integer ratio: 168 x 168 -> 84 x 84 averages 2 x 2 blocks.
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, (168, 168), dtype=np.uint8)
+    env = GrayResize(FakeAtari(shape=(168, 168)))
+    expected = frame.reshape(84, 2, 84, 2).astype(np.float64).mean(axis=(1, 3))
+    resized = env.observation(frame)
+    assert resized.dtype == np.uint8 and resized.shape == (84, 84)
+    np.testing.assert_array_equal(resized, np.rint(expected).astype(np.uint8))
+
+
+def test_gray_resize_luma_and_atari_shape() -> None:
+    env = GrayResize(FakeAtari())
+    assert env.observation_space == spaces.Box(0, 255, (84, 84), np.uint8)
+    rgb = np.zeros((210, 160, 3), np.uint8)
+    rgb[..., 0], rgb[..., 1], rgb[..., 2] = 200, 100, 50
+    luma = 0.299 * 200 + 0.587 * 100 + 0.114 * 50
+    np.testing.assert_array_equal(env.observation(rgb), np.full((84, 84), round(luma), np.uint8))
+    with pytest.raises(ValueError, match=r"GrayResize needs \(H, W\)"):
+        GrayResize(FakeAtari(shape=(4, 5, 6, 7)))
+
+
+def test_episodic_life_ends_episodes_at_life_loss_but_keeps_the_game() -> None:
+    env = EpisodicLife(FakeAtari(lives=2, frames_per_life=3))
+    env.reset(seed=0)
+    results = [env.step(0) for _ in range(3)]
+    assert [r[2] for r in results] == [False, False, True]  # a life lost at frame 3
+    env.reset()
+    assert env.unwrapped.resets == 1 and env.unwrapped.frame == 4  # a no-op, not a reset
+    results = [env.step(0) for _ in range(2)]
+    assert results[-1][2] and env.unwrapped.lives == 0  # game over
+    env.reset()
+    assert env.unwrapped.resets == 2  # now the game restarts
+
+
+def test_clip_reward_is_the_sign() -> None:
+    env = ClipReward(FakeAtari())
+    assert [env.reward(r) for r in (-3.0, -0.2, 0.0, 0.5, 21.0)] == [-1, -1, 0, 1, 1]
+
+
+def test_make_atari_rejects_frameskipping_ids() -> None:
+    pytest.importorskip("ale_py")
+    with pytest.raises(ValueError, match="make_atari wants an env without frame skip"):
+        make_atari("Pong-v4")
+
+
+@pytest.mark.parametrize("env_id", ["PongNoFrameskip-v4", "ALE/Pong-v5"])
+def test_make_atari_on_pong(env_id: str) -> None:
+    pytest.importorskip("ale_py")  # the atari extra
+    env = make_atari(env_id, clip_rewards=True)
+    observ, info = env.reset(seed=0)
+    assert env.observation_space == spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert observ.shape == (4, 84, 84) and observ.dtype == np.uint8
+    assert env.action_space == spaces.Discrete(6)
+    assert 1 <= info["noops"] <= 30
+    assert all((observ[k] == observ[0]).all() for k in range(4))  # history of the first frame
+    rewards = []
+    for step in range(200):
+        observ, reward, terminated, truncated, _ = env.step(step % 6)
+        rewards.append(reward)
+    assert set(rewards) <= {-1.0, 0.0, 1.0} and observ.max() > 0
+    assert not (observ[0] == observ[3]).all()  # the stack moves
+    env.close()

@@ -1,0 +1,277 @@
+"""IMPALA actor processes and the shared-memory unroll slots they fill.
+
+A *slot* holds one env's unroll of ``T + 1`` rows in shared memory (``allocate_slots``).
+Row ``t + 1`` holds what the env returned after the action chosen at row ``t`` (frame,
+reward, done, episode return and length so far, that action as ``last_action``) and what the
+agent computed at row ``t`` (``action``, ``policy_logits``, ``baseline``); row 0 repeats the
+last row of the env's previous unroll (TorchBeast MonoBeast's layout). ``unroll_id`` is
+``(actor, incarnation, sequence number)``; LSTM agents store the core state before row 0.
+
+An actor owns a fixed set of slots. It talks to the learner process over its own pipe (no
+lock shared between actors, so a killed actor can never leave one held):
+
+- learner -> actor: ``("free", [slot, ...])`` slots it may fill, ``("stop",)``;
+- actor -> learner: ``("full", [slot, ...])`` one unroll per env written;
+  ``("error", traceback_text)`` just before it exits because something raised.
+
+The actor ignores SIGINT (the learner handles Ctrl-C), dies with the learner
+(PR_SET_PDEATHSIG plus a parent-pid check while it waits) and gives up with an error after
+``actor_timeout`` seconds without a free slot.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["ActorSpec", "allocate_slots", "run_actor", "slot_specs"]
+
+_POLL_SECONDS = 0.2
+
+
+def slot_specs(
+    observation_shape: tuple[int, ...],
+    observation_dtype: torch.dtype,
+    num_actions: int,
+    unroll_length: int,
+    core_state_sizes: tuple[int, ...] = (),
+) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Shape (without the slot dimension) and dtype of every per-slot tensor.
+
+    >>> specs = slot_specs((4,), torch.float32, num_actions=2, unroll_length=80)
+    >>> specs["frame"], specs["policy_logits"]
+    (((81, 4), torch.float32), ((81, 2), torch.float32))
+    """
+    rows = unroll_length + 1
+    specs = {
+        "frame": ((rows, *observation_shape), observation_dtype),
+        "reward": ((rows,), torch.float32),
+        "done": ((rows,), torch.bool),
+        "episode_return": ((rows,), torch.float32),
+        "episode_step": ((rows,), torch.int32),
+        "last_action": ((rows,), torch.int64),
+        "policy_logits": ((rows, num_actions), torch.float32),
+        "baseline": ((rows,), torch.float32),
+        "action": ((rows,), torch.int64),
+        "unroll_id": ((3,), torch.int64),
+    }
+    for k, size in enumerate(core_state_sizes):
+        specs[f"core_state_{k}"] = ((size,), torch.float32)
+    return specs
+
+
+def allocate_slots(
+    num_slots: int, specs: dict[str, tuple[tuple[int, ...], torch.dtype]]
+) -> dict[str, torch.Tensor]:
+    """Zeroed shared-memory tensors ``[num_slots, *shape]`` for every spec."""
+    return {
+        key: torch.zeros((num_slots, *shape), dtype=dtype).share_memory_()
+        for key, (shape, dtype) in specs.items()
+    }
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """Everything an actor process needs besides its model, slots and pipe."""
+
+    index: int
+    """Actor index (0 .. num_actors - 1)."""
+    incarnation: int
+    """0 for the first process of this actor, +1 per restart."""
+    constructors: tuple[Callable, ...]
+    """One env constructor per env the actor steps."""
+    env_workers: int
+    """0: step the envs in the actor; N > 0: in a batchenv.make group of N workers."""
+    unroll_length: int
+    """Steps T per unroll."""
+    seed: int
+    """Env seeds are seed + j for env j; torch sampling is seeded from it too."""
+    slots: tuple[int, ...]
+    """The slots this actor may fill at start."""
+    parent_pid: int
+    """The learner process; the actor exits when it (or the process that started it) goes."""
+    actor_timeout: float
+    """Seconds to wait for free slots before giving up."""
+
+
+def _die_with_parent() -> int:
+    """Ask the kernel for SIGKILL when our parent (the fork server, which itself exits with
+    the learner process) dies; returns the parent's pid for the checks while idle."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+    return os.getppid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_actor(spec: ActorSpec, model: torch.nn.Module, slots: dict[str, torch.Tensor], conn):
+    """Process entry point: fill slots with unrolls until stopped (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = _die_with_parent()
+    torch.set_num_threads(1)
+    try:
+        _Actor(spec, model, slots, conn, parent).run()
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+        sys.exit(1)
+    finally:
+        conn.close()
+
+
+class _Actor:
+    def __init__(self, spec: ActorSpec, model: torch.nn.Module, slots: dict, conn, parent=None):
+        self.spec = spec
+        self.parent = parent  # the process that started us, None: do not watch
+        self.model = model
+        self.conn = conn
+        self.views = {key: tensor.numpy() for key, tensor in slots.items()}
+        self.core_keys = sorted(key for key in slots if key.startswith("core_state_"))
+        self.free: list[int] = list(spec.slots)
+        self.stopped = False
+
+    def _make_envs(self):
+        from batchenv.algorithms.impala.envs import InProcessGroup, WorkerGroup
+
+        constructors = list(self.spec.constructors)
+        if self.spec.env_workers > 0:
+            return WorkerGroup(constructors, self.spec.env_workers, self.spec.actor_timeout)
+        return InProcessGroup(constructors)
+
+    def _handle(self, message: tuple) -> None:
+        if message[0] == "free":
+            self.free.extend(message[1])
+        elif message[0] == "stop":
+            self.stopped = True
+        else:
+            raise RuntimeError(f"actor {self.spec.index}: unknown message {message!r}")
+
+    def _take_slots(self, count: int) -> list[int] | None:
+        """``count`` free slots, or None once told to stop."""
+        deadline = time.monotonic() + self.spec.actor_timeout
+        while self.conn.poll(0):
+            self._handle(self.conn.recv())
+        while len(self.free) < count and not self.stopped:
+            if self.conn.poll(_POLL_SECONDS):
+                self._handle(self.conn.recv())
+                continue
+            if self.parent is not None and (
+                os.getppid() != self.parent or not _alive(self.spec.parent_pid)
+            ):
+                os._exit(1)  # orphaned: the learner process is gone
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"actor {self.spec.index}: no free slot for {self.spec.actor_timeout} s "
+                    f"(has {len(self.free)} of the {count} it needs); is the learner stuck?"
+                )
+        if self.stopped:
+            return None
+        taken, self.free = self.free[:count], self.free[count:]
+        return taken
+
+    def run(self) -> None:
+        spec = self.spec
+        torch.manual_seed(spec.seed)
+        envs = self._make_envs()
+        try:
+            self._loop(envs)
+        finally:
+            envs.close()
+
+    def _loop(self, envs) -> None:
+        spec, views, model = self.spec, self.views, self.model
+        num = len(spec.constructors)
+        T = spec.unroll_length
+        observ = envs.reset(seed=spec.seed)
+        reward = np.zeros(num, np.float32)
+        done = np.ones(num, np.bool_)
+        episode_return = np.zeros(num, np.float32)
+        episode_step = np.zeros(num, np.int32)
+        last_action = np.zeros(num, np.int64)
+        core_state = model.initial_state(num)
+        with torch.no_grad():
+            agent, _ = model(self._inputs(observ, reward, done, last_action), core_state)
+        sequence = 0
+        while True:
+            slots = self._take_slots(num)
+            if slots is None:
+                return
+            rows = np.asarray(slots)
+            for k, key in enumerate(self.core_keys):
+                views[key][rows] = core_state[k][0].numpy()
+            self._write(
+                rows, 0, observ, reward, done, episode_return, episode_step, last_action, agent
+            )
+            for t in range(T):
+                with torch.inference_mode():
+                    inputs = self._inputs(observ, reward, done, last_action)
+                    agent, core_state = model(inputs, core_state)
+                action = agent["action"][0].numpy()
+                observ, reward, done = envs.step(action)
+                episode_return += reward
+                episode_step += 1
+                last_action = action
+                self._write(
+                    rows,
+                    t + 1,
+                    observ,
+                    reward,
+                    done,
+                    episode_return,
+                    episode_step,
+                    last_action,
+                    agent,
+                )
+                if done.any():
+                    episode_return[done] = 0.0
+                    episode_step[done] = 0
+            views["unroll_id"][rows] = [
+                (spec.index, spec.incarnation, sequence * num + j) for j in range(num)
+            ]
+            sequence += 1
+            self.conn.send(("full", slots))
+
+    @staticmethod
+    def _inputs(observ, reward, done, last_action) -> dict[str, torch.Tensor]:
+        return {
+            "frame": torch.from_numpy(observ).unsqueeze(0),
+            "reward": torch.from_numpy(reward).unsqueeze(0),
+            "done": torch.from_numpy(done).unsqueeze(0),
+            "last_action": torch.from_numpy(last_action).unsqueeze(0),
+        }
+
+    def _write(
+        self, rows, t, observ, reward, done, episode_return, episode_step, last_action, agent
+    ) -> None:
+        views = self.views
+        views["frame"][rows, t] = observ
+        views["reward"][rows, t] = reward
+        views["done"][rows, t] = done
+        views["episode_return"][rows, t] = episode_return
+        views["episode_step"][rows, t] = episode_step
+        views["last_action"][rows, t] = last_action
+        views["action"][rows, t] = agent["action"][0].numpy()
+        views["policy_logits"][rows, t] = agent["policy_logits"][0].numpy()
+        views["baseline"][rows, t] = agent["baseline"][0].numpy()

@@ -1,0 +1,227 @@
+"""``batchenv train impala`` and ``batchenv evaluate RUN_DIR`` for IMPALA runs.
+
+Implements the protocol at the top of batchenv/cli.py. Every ImpalaConfig field is a flag
+(``--num-actors``, ``--batch-size``, ``--unroll-length``, ...; ``--steps`` sets
+``total_steps``), with the field's docstring as its help:
+
+    batchenv train impala --env CartPole-v1 --mode sync --num-actors 2 --envs-per-actor 16 \\
+        --steps 2000000 --logdir runs/impala-cartpole
+    batchenv train impala --logdir runs/impala-cartpole --resume --steps 4000000
+    batchenv evaluate runs/impala-cartpole --episodes 10
+
+The run directory holds config.json, metrics.csv (phase column), TensorBoard events,
+curve.png and checkpoint.pt; ``--resume`` continues the run from its checkpoint (model,
+optimiser, learning-rate schedule, step counters) with its stored config, where flags given
+on the command line override stored values (``--steps`` to train longer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+
+from batchenv.algorithms.impala.config import ImpalaConfig, field_help
+
+MODES = ("sync", "async")
+_FLAG_NAMES = {"total_steps": "steps"}
+
+
+def _flag(name: str) -> str:
+    return "--" + _FLAG_NAMES.get(name, name).replace("_", "-")
+
+
+def _parse_sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The train options: --mode, --logdir, --resume, --no-progress and every config field."""
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="sync",
+        help="sync: actor processes + shared memory (MonoBeast); async: issue 7",
+    )
+    parser.add_argument(
+        "--logdir", default=None, help="run directory (default runs/impala-ENV-TIME)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --logdir from its checkpoint"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    docs = field_help()
+    hints = typing.get_type_hints(ImpalaConfig)
+    for item in dataclasses.fields(ImpalaConfig):
+        hint = hints[item.name]
+        kwargs: dict = {"default": None, "dest": item.name}
+        help_text = f"{docs.get(item.name, '')} (default: {item.default})"
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif hint == tuple[int, ...]:
+            kwargs["type"], kwargs["metavar"] = _parse_sizes, "N,N"
+        elif hint == (int | None):
+            kwargs["type"] = _optional_int
+        elif hint in (int, float, str):
+            kwargs["type"] = hint
+        else:
+            raise TypeError(f"no command-line type for ImpalaConfig.{item.name}: {hint}")
+        parser.add_argument(_flag(item.name), help=help_text.replace("%", "%%"), **kwargs)
+
+
+def config_from_args(args: argparse.Namespace, base: ImpalaConfig | None = None) -> ImpalaConfig:
+    """``base`` (default: ImpalaConfig()) with the flags given on the command line applied."""
+    changes = {
+        item.name: getattr(args, item.name)
+        for item in dataclasses.fields(ImpalaConfig)
+        if getattr(args, item.name, None) is not None
+    }
+    return (base or ImpalaConfig()).replace(**changes)
+
+
+def _stored_config(record: dict) -> ImpalaConfig:
+    values = dict(record["config"])
+    if "hidden_sizes" in values:
+        values["hidden_sizes"] = tuple(values["hidden_sizes"])
+    return ImpalaConfig(**values)
+
+
+def train(args: argparse.Namespace) -> int:
+    """Run ``batchenv train impala``; returns the exit status."""
+    from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
+    from batchenv.algorithms.impala.sync import SyncTrainer
+    from batchenv.run_dir import RunDirectory
+
+    if args.mode == "async":
+        print(
+            "batchenv train impala: --mode async is not implemented yet (see issue 7); "
+            "use --mode sync",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        if args.resume:
+            if args.logdir is None:
+                print("batchenv train impala: --resume needs --logdir RUN_DIR", file=sys.stderr)
+                return 2
+            run = RunDirectory(args.logdir, "impala", resume=True)
+            if run.record.get("algorithm") != "impala":
+                print(
+                    f"batchenv train impala: {args.logdir} is a "
+                    f"{run.record.get('algorithm')} run, not impala",
+                    file=sys.stderr,
+                )
+                return 2
+            config = config_from_args(args, _stored_config(run.record))
+            checkpoint = run.load_checkpoint()
+        else:
+            config = config_from_args(args)
+            run = RunDirectory(args.logdir, "impala", config, seed=config.seed, env_id=config.env)
+            checkpoint = None
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        print(f"batchenv train impala: {error}", file=sys.stderr)
+        return 2
+    with run:
+        if checkpoint is not None and checkpoint["step"] >= config.total_steps:
+            print(
+                f"{run.path}: already trained {checkpoint['step']} of {config.total_steps} "
+                "steps; pass a larger --steps to continue"
+            )
+            return 0
+        print(
+            f"impala {config.env}: {config.num_actors} actors x {config.envs_per_actor} envs, "
+            f"T={config.unroll_length}, B={config.batch_size}, run directory {run.path}"
+        )
+        try:
+            trainer = SyncTrainer(
+                config, run_dir=run, checkpoint=checkpoint, progress=not args.no_progress
+            )
+            result = trainer.train()
+        except KeyboardInterrupt:
+            print(
+                f"\ninterrupted; checkpoint saved in {run.path} (resume with --resume)",
+                file=sys.stderr,
+            )
+            return 130
+        except (ActorDiedError, ActorTimeoutError) as error:
+            print(f"batchenv train impala: {error}", file=sys.stderr)
+            return 1
+    last = f"{result.returns[-1][1]:.1f}" if result.returns else "n/a"
+    print(
+        f"done: {result.steps} steps, {result.sps:,.0f} steps/s, {result.episodes} episodes, "
+        f"last mean return {last}, {result.actor_restarts} actor restarts; {run.path}"
+    )
+    return 0
+
+
+def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``batchenv evaluate RUN_DIR`` for IMPALA runs."""
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to play")
+    parser.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
+    parser.add_argument(
+        "--sample", action="store_true", help="sample actions (default: the most likely action)"
+    )
+
+
+def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
+    """Play ``--episodes`` episodes with the run's latest checkpoint; log an eval row."""
+    import numpy as np
+    import torch
+
+    from batchenv.algorithms.impala.envs import env_constructor
+    from batchenv.algorithms.impala.sync import build_model
+    from batchenv.run_dir import RunDirectory
+
+    with RunDirectory(run_dir, "impala", resume=True) as run:
+        checkpoint = run.load_checkpoint()
+        if checkpoint is None:
+            print(f"batchenv evaluate: {run_dir} has no checkpoint yet", file=sys.stderr)
+            return 1
+        config = _stored_config(run.record)
+        model = build_model(
+            config, tuple(checkpoint["observation_shape"]), checkpoint["num_actions"]
+        )
+        model.load_state_dict(checkpoint["model"])
+        model.train(getattr(args, "sample", False))
+        env = env_constructor(config.env)()
+        returns = []
+        with torch.no_grad():
+            for episode in range(getattr(args, "episodes", 10)):
+                observ, _ = env.reset(seed=getattr(args, "seed", 12345) + episode)
+                state = model.initial_state(1)
+                reward, done, last_action, total = 0.0, True, 0, 0.0
+                while True:
+                    inputs = {
+                        "frame": torch.as_tensor(np.asarray(observ)[None, None]),
+                        "reward": torch.tensor([[reward]], dtype=torch.float32),
+                        "done": torch.tensor([[done]]),
+                        "last_action": torch.tensor([[last_action]]),
+                    }
+                    outputs, state = model(inputs, state)
+                    last_action = int(outputs["action"][0, 0])
+                    observ, reward, terminated, truncated, _ = env.step(last_action)
+                    total += float(reward)
+                    done = False
+                    if terminated or truncated:
+                        break
+                returns.append(total)
+        env.close()
+        mean = float(np.mean(returns))
+        run.log(checkpoint["step"], "eval", mean_score=mean, episodes=len(returns))
+        run.plot_curve()
+    print(
+        f"{run_dir}: {len(returns)} episodes at step {checkpoint['step']}: mean return "
+        f"{mean:.1f} (min {min(returns):.1f}, max {max(returns):.1f})"
+    )
+    return 0

@@ -1,0 +1,191 @@
+"""ImpalaConfig defaults and validation, the generated command line, and a CLI smoke run."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from batchenv.algorithms.impala import cli
+from batchenv.algorithms.impala.actor_pool import prestart
+from batchenv.algorithms.impala.config import ImpalaConfig, field_help
+from batchenv.cli import main
+
+prestart()  # the fork server and resource tracker outlive the tests (see test_sync.py)
+
+
+def test_defaults_are_monobeast_flags() -> None:
+    config = ImpalaConfig()
+    assert (config.learning_rate, config.alpha, config.epsilon, config.momentum) == (
+        4.8e-4,
+        0.99,
+        0.01,
+        0.0,
+    )
+    assert (config.grad_norm_clipping, config.entropy_cost, config.baseline_cost) == (
+        40.0,
+        6e-4,
+        0.5,
+    )
+    assert (config.discount, config.unroll_length, config.batch_size) == (0.99, 80, 8)
+    assert (config.num_learner_threads, config.num_actors, config.reward_clipping) == (
+        2,
+        4,
+        "abs_one",
+    )
+    # num_buffers = max(2 * actors, batch) = 8 slots, each actor at least 1 + 8 / 4.
+    assert config.num_slots_per_actor == 3
+
+
+def test_every_field_is_documented() -> None:
+    docs = field_help()
+    assert set(docs) == {item.name for item in dataclasses.fields(ImpalaConfig)}
+    assert docs["grad_norm_clipping"] == "Clip the global gradient norm to this."
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_actors": 0}, "ImpalaConfig.num_actors must be a positive integer, got 0"),
+        ({"batch_size": 2.5}, "ImpalaConfig.batch_size must be a positive integer, got 2.5"),
+        ({"reward_clipping": "soft"}, "reward_clipping must be one of ('abs_one', 'none')"),
+        ({"model": "vit"}, "ImpalaConfig.model must be one of"),
+        ({"discount": 1.5}, r"discount must lie in \[0, 1\], got 1.5"),
+        ({"num_buffers": 3}, "num_buffers=3 is too few: each of the 4 actors fills 1 slots"),
+        ({"actor_timeout": 0}, "ImpalaConfig.actor_timeout must be > 0, got 0"),
+    ],
+    ids=["actors=0", "batch=2.5", "clipping", "model", "discount", "buffers", "timeout"],
+)
+def test_invalid_configs(changes: dict, message: str) -> None:
+    with pytest.raises(
+        ValueError,
+        match=message.replace("(", r"\(").replace(")", r"\)") if "[" not in message else message,
+    ):
+        ImpalaConfig(**changes)
+
+
+def test_command_line_is_generated_from_the_config() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--env",
+            "ALE/Pong-v5",
+            "--num-actors",
+            "2",
+            "--steps",
+            "5000",
+            "--hidden-sizes",
+            "32,16",
+            "--use-lstm",
+            "--num-buffers",
+            "none",
+            "--learning-rate",
+            "1e-3",
+        ]
+    )
+    config = cli.config_from_args(args)
+    assert config == ImpalaConfig(
+        env="ALE/Pong-v5",
+        num_actors=2,
+        total_steps=5000,
+        hidden_sizes=(32, 16),
+        use_lstm=True,
+        learning_rate=1e-3,
+    )
+    assert args.mode == "sync" and not args.resume
+    help_text = parser.format_help()
+    assert "--unroll-length" in help_text and "Unrolls B per learner step" in help_text
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv", newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def test_cli_smoke_train_resume_evaluate(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    common = [
+        "--num-actors",
+        "2",
+        "--envs-per-actor",
+        "2",
+        "--unroll-length",
+        "10",
+        "--batch-size",
+        "2",
+        "--log-interval",
+        "0.2",
+        "--no-progress",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "impala",
+                "--env",
+                "CartPole-v1",
+                "--steps",
+                "400",
+                "--logdir",
+                str(run_dir),
+                *common,
+            ]
+        )
+        == 0
+    )
+    for name in ("config.json", "metrics.csv", "checkpoint.pt", "curve.png"):
+        assert (run_dir / name).exists(), name
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    record = json.loads((run_dir / "config.json").read_text())
+    assert record["algorithm"] == "impala" and record["config"]["total_steps"] == 400
+    first = _rows(run_dir)
+    assert first and all(row["phase"] == "train" for row in first)
+    assert int(first[-1]["step"]) == 400
+
+    assert (
+        main(
+            [
+                "train",
+                "impala",
+                "--logdir",
+                str(run_dir),
+                "--resume",
+                "--steps",
+                "800",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    rows = _rows(run_dir)
+    assert int(rows[-1]["step"]) == 800 and len(rows) > len(first)
+    assert "done: 800 steps" in capsys.readouterr().out
+
+    assert main(["evaluate", str(run_dir), "--episodes", "2"]) == 0
+    assert _rows(run_dir)[-1]["phase"] == "eval"
+    assert "2 episodes at step 800: mean return" in capsys.readouterr().out
+
+
+def test_cli_async_mode_is_not_implemented_yet(tmp_path: Path, capsys) -> None:
+    assert main(["train", "impala", "--mode", "async", "--logdir", str(tmp_path / "r")]) == 2
+    assert "--mode async is not implemented yet (see issue 7)" in capsys.readouterr().err
+
+
+def test_cli_resume_needs_a_run(tmp_path: Path, capsys) -> None:
+    assert main(["train", "impala", "--resume", "--logdir", str(tmp_path / "none")]) == 2
+    assert "is not a run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["config", "envs", "errors", "actor", "sync", "cli"])
+def test_docstring_examples(name: str) -> None:
+    import doctest
+    import importlib
+
+    module = importlib.import_module(f"batchenv.algorithms.impala.{name}")
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0

@@ -1,0 +1,261 @@
+"""The synchronous mode's guarantees: every unroll consumed once, dead actors seen at once and
+restarted within a budget, typed errors naming actor, env and exit code, no hangs, Ctrl-C
+stops everything, exact resume. tests/conftest.py fails any test that leaves a process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from batchenv.algorithms.impala.actor_pool import prestart
+from batchenv.algorithms.impala.config import ImpalaConfig
+from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
+from batchenv.algorithms.impala.sync import SyncTrainer
+from batchenv.errors import RemoteTraceback, WorkerDiedError
+from batchenv.run_dir import RunDirectory
+from tests.algorithms.impala.impala_envs import CountingEnv, FaultAfterEnv, ImageEnv
+
+# Actors start from a fork server and use multiprocessing's resource tracker, both living as
+# long as this interpreter: start them now so the leftover-process check does not count them.
+prestart()
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _config(**changes) -> ImpalaConfig:
+    values = dict(
+        env="CountingEnv",
+        num_actors=2,
+        envs_per_actor=2,
+        unroll_length=5,
+        batch_size=2,
+        total_steps=400,
+        log_interval=0.2,
+        start_timeout=60.0,
+    )
+    values.update(changes)
+    return ImpalaConfig(**values)
+
+
+def _check_accounting(result) -> None:
+    ids = result.consumed_ids
+    assert len(ids) == len(set(ids)) == result.consumed_unrolls  # none consumed twice
+    assert result.produced_unrolls == result.consumed_unrolls + result.leftover_unrolls
+    assert result.consumed_unrolls == result.learner_steps * 2
+
+
+def test_every_unroll_is_consumed_once() -> None:
+    result = SyncTrainer(
+        _config(), env=functools.partial(CountingEnv, 10), record_unrolls=True
+    ).train()
+    assert result.steps == 400 and result.learner_steps == 40
+    _check_accounting(result)
+    assert result.actor_restarts == 0 and result.abandoned_unrolls == 0
+    # Every finished episode of CountingEnv(10) lasted 10 steps: 2 per 10 batches of 2 x 5.
+    assert result.episodes > 0
+
+
+def test_actors_can_step_their_envs_in_a_batchenv_worker_group() -> None:
+    config = _config(num_actors=1, envs_per_actor=2, env_workers=1, total_steps=100)
+    result = SyncTrainer(
+        config, env=functools.partial(CountingEnv, 10), record_unrolls=True
+    ).train()
+    assert result.steps == 100 and result.actor_restarts == 0
+    _check_accounting(result)
+
+
+@pytest.mark.parametrize(
+    "env, changes",
+    [(functools.partial(CountingEnv, 10), {"use_lstm": True}),
+     (functools.partial(ImageEnv, 10), {})],
+    ids=["mlp-lstm", "atari-net-uint8"],
+)  # fmt: skip
+def test_lstm_and_image_agents_train(env, changes: dict) -> None:
+    result = SyncTrainer(_config(total_steps=100, **changes), env=env, record_unrolls=True).train()
+    assert result.steps == 100 and result.learner_steps == 10
+    _check_accounting(result)
+
+
+def test_actor_killing_itself_is_restarted(tmp_path: Path, caplog) -> None:
+    env = functools.partial(FaultAfterEnv, "kill", at_step=7, marker=str(tmp_path / "fired"))
+    with caplog.at_level("WARNING"):
+        result = SyncTrainer(_config(), env=env, record_unrolls=True).train()
+    assert result.actor_restarts == 1
+    assert result.abandoned_unrolls == 2  # the unroll of both its envs in progress
+    assert result.steps == 400
+    _check_accounting(result)
+    assert {incarnation for _, incarnation, _ in result.consumed_ids} == {0, 1}
+    assert "exit code -9" in caplog.text and "restarting it (restart 1 of 3)" in caplog.text
+
+
+def test_sigkill_from_outside_is_detected_within_a_second() -> None:
+    trainer = SyncTrainer(_config(total_steps=10**9), env=functools.partial(CountingEnv, 10))
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            trainer.train()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while trainer.step < 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert trainer.step >= 100, "training did not start"
+        victim = trainer.pool.actors[1].process.pid
+        killed = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        while trainer.pool.restarts == 0 and time.monotonic() - killed < 5:
+            time.sleep(0.01)
+        assert trainer.pool.restarts == 1
+        assert time.monotonic() - killed < 1.0
+        assert victim not in trainer.pool.pids()
+        steps = trainer.step
+        while trainer.step < steps + 200 and time.monotonic() - killed < 60:
+            time.sleep(0.05)
+        assert trainer.step >= steps + 200  # training goes on with the replacement
+    finally:
+        trainer.stop()
+        thread.join(30)
+    assert not thread.is_alive() and "error" not in outcome
+
+
+def test_restart_budget_exceeded_raises_actor_died_error() -> None:
+    env = functools.partial(FaultAfterEnv, "raise", at_step=3)
+    started = time.monotonic()
+    with pytest.raises(ActorDiedError) as caught:
+        SyncTrainer(_config(max_actor_restarts=1, num_actors=1, batch_size=1), env=env).train()
+    error = caught.value
+    assert isinstance(error, WorkerDiedError)
+    message = str(error)
+    assert message.startswith("actor 0 (env FaultAfterEnv('raise'), incarnation 1, pid ")
+    assert "with exit code 1" in message and "planned failure at step 3" in message
+    assert "1 restarts already spent (max_actor_restarts=1)" in message
+    assert error.worker == 0 and error.exitcode == 1 and error.restarts == 1
+    assert error.env_description == "FaultAfterEnv('raise')"
+    assert isinstance(error.__cause__, RemoteTraceback)
+    assert "RuntimeError: FaultAfterEnv: planned failure" in error.__cause__.text
+    assert time.monotonic() - started < 60
+
+
+def test_killed_actor_past_budget_reports_signal() -> None:
+    env = functools.partial(FaultAfterEnv, "kill", at_step=3)
+    with pytest.raises(ActorDiedError, match=r"actor 0 .* exited with exit code -9") as caught:
+        SyncTrainer(_config(max_actor_restarts=0, num_actors=1, batch_size=1), env=env).train()
+    assert caught.value.exitcode == -signal.SIGKILL
+
+
+def test_hung_actor_is_killed_after_its_deadline() -> None:
+    # Hangs in its third unroll, after delivering two: actor_timeout (1 s) applies.
+    env = functools.partial(FaultAfterEnv, "hang", at_step=12)
+    config = _config(
+        max_actor_restarts=0,
+        num_actors=1,
+        envs_per_actor=1,
+        batch_size=1,
+        actor_timeout=1.0,
+        total_steps=10**6,
+    )
+    started = time.monotonic()
+    with pytest.raises(ActorTimeoutError, match="delivered no unroll for 1 s and was killed"):
+        SyncTrainer(config, env=env).train()
+    assert time.monotonic() - started < 60
+
+
+def test_checkpoint_resume_is_exact(tmp_path: Path) -> None:
+    config = _config(total_steps=200)
+    with RunDirectory(tmp_path / "run", "impala", config, seed=0, env_id="CountingEnv") as run:
+        first = SyncTrainer(config, env=functools.partial(CountingEnv, 10), run_dir=run)
+        result = first.train()
+        checkpoint = run.load_checkpoint()
+    assert result.steps == checkpoint["step"] == 200 and checkpoint["learner_steps"] == 20
+    assert (tmp_path / "run" / "curve.png").exists()
+
+    longer = config.replace(total_steps=400)
+    resumed = SyncTrainer(longer, env=functools.partial(CountingEnv, 10), checkpoint=checkpoint)
+    state = resumed.state_dict()
+    for key, tensor in checkpoint["model"].items():
+        torch.testing.assert_close(state["model"][key], tensor, rtol=0, atol=0)
+    assert state["optimizer"]["state"].keys() == checkpoint["optimizer"]["state"].keys()
+    for index, values in checkpoint["optimizer"]["state"].items():
+        torch.testing.assert_close(
+            state["optimizer"]["state"][index]["square_avg"], values["square_avg"], rtol=0, atol=0
+        )
+    assert state["scheduler"]["last_epoch"] == checkpoint["scheduler"]["last_epoch"] == 20
+    # The schedule continues where it stopped: lr = 4.8e-4 * (1 - 200 / 400).
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(4.8e-4 * 0.5)
+    result = resumed.train()
+    assert result.steps == 400 and resumed.learner_steps == 40
+
+
+SIGINT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from batchenv.cli import main
+    sys.exit(main(["train", "impala", "--env", "CartPole-v1", "--num-actors", "2",
+                   "--envs-per-actor", "2", "--unroll-length", "10", "--batch-size", "2",
+                   "--steps", "100000000", "--log-interval", "0.2", "--no-progress",
+                   "--logdir", sys.argv[1]]))
+    """
+)
+
+
+def _shared_memory_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_everything_within_seconds(tmp_path: Path) -> None:
+    shm_before = _shared_memory_entries()
+    logdir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGINT_SCRIPT, str(logdir)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        metrics = logdir / "metrics.csv"
+        while time.monotonic() < deadline and process.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        # Children: the fork server and the resource tracker; grandchildren: the actors.
+        descendants = psutil.Process(process.pid).children(recursive=True)
+        actors = [child for child in descendants if child.ppid() != process.pid]
+        assert len(actors) == 2
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, alive = psutil.wait_procs(actors, timeout=15)
+        actors_gone = time.monotonic() - sent
+        _, stderr = process.communicate(timeout=15)
+        took = time.monotonic() - sent
+        _, alive = psutil.wait_procs(descendants, timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not alive, f"left behind: {alive}"
+    assert actors_gone < 3.0, f"the actors took {actors_gone:.1f} s to stop"
+    assert took < 8.0, f"took {took:.1f} s to exit (checkpoint included)"
+    assert process.returncode == 130, stderr
+    assert "interrupted; checkpoint saved" in stderr
+    assert (logdir / "checkpoint.pt").exists()
+    assert _shared_memory_entries() - shm_before == set()
