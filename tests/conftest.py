@@ -15,6 +15,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# Before any test module imports batchenv.kernels (see tests/kernels/interpreter.py).
+from tests.kernels.interpreter import import_kernels_for_this_machine  # noqa: E402
+
+import_kernels_for_this_machine()
+
 LEFTOVER_GRACE_SECONDS = 2.0
 
 

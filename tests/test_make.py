@@ -128,3 +128,19 @@ def test_constructor_and_id_both_work_and_arguments_are_checked():
 def test_spin_must_be_a_non_negative_number(spin_us):
     with pytest.raises(ValueError, match="spin_us must be >= 0"):
         batchenv.make("CartPole-v1", 2, 1, spin_us=spin_us)
+
+
+def test_default_workers_are_the_cores_and_64_envs_stay_small():
+    """make("CartPole-v1", 64) uses one worker per core, and its workers (which never import
+    torch) take far less than the 1 GB the issue allows for all of them."""
+    import psutil
+
+    env = batchenv.make("CartPole-v1", 64)
+    try:
+        env.reset(seed=0)
+        workers = env.processes()
+        assert len(workers) == min(64, len(os.sched_getaffinity(0)))
+        rss = sum(psutil.Process(worker.pid).memory_info().rss for worker in workers)
+        assert rss < 500 * 2**20, f"workers use {rss / 2**20:.0f} MB"
+    finally:
+        env.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import gc
 import os
 import weakref
@@ -15,6 +16,7 @@ from batchenv.in_graph.algorithm import Algorithm, RandomAlgorithm
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import in_graph_batch_env, simulate
 from batchenv.logger import Logger
+from batchenv.make import start_workers
 from tests.in_graph.fixed_length_envs import (
     FixedLengthEnv,
     FixedLengthInGraphEnv,
@@ -26,6 +28,20 @@ from tests.in_graph.fixed_length_envs import (
 BatchEnvClass = batchenv.BatchEnv
 
 IMPLS = ["in-graph", "batch_env"]
+#: The golden sequences also run on envs in worker processes: one ExternalProcess per env
+#: (the TF Agents way) and batchenv.make's shared-memory worker groups (reset ahead).
+GOLDEN_IMPLS = [*IMPLS, "external", "make"]
+
+_opened: list = []  # BatchEnvs with worker processes, closed after each test
+_reset_ahead: list = []  # those of them that reset finished envs ahead (make())
+
+
+@pytest.fixture(autouse=True)
+def close_worker_envs():
+    yield
+    while _opened:
+        _opened.pop().close()
+    _reset_ahead.clear()
 
 
 def make_env(impl: str, lengths, actions: str = "discrete", **kwargs):
@@ -33,14 +49,27 @@ def make_env(impl: str, lengths, actions: str = "discrete", **kwargs):
     if impl == "in-graph":
         raw = FixedLengthInGraphEnv(lengths, actions)
         return raw, InGraphBatchEnv(raw, **kwargs)
-    raw = BatchEnvClass([FixedLengthEnv(n, actions) for n in lengths])
+    constructors = [functools.partial(FixedLengthEnv, n, actions) for n in lengths]
+    if impl == "external":
+        raw = BatchEnvClass([batchenv.ExternalProcess(c) for c in constructors])
+    elif impl == "make":
+        raw = start_workers(constructors, num_workers=2, reset_ahead=True)
+        _reset_ahead.append(raw)
+    else:
+        raw = BatchEnvClass([c() for c in constructors])
+    _opened.append(raw)
     return raw, InGraphBatchEnv(raw, **kwargs)
 
 
 def episode_lengths(raw) -> list[list[int]]:
     if isinstance(raw, FixedLengthInGraphEnv):
         return raw.steps
-    return [list(steps) for steps in raw.get_attr("steps")]
+    lengths = [list(steps) for steps in raw.get_attr("steps")]
+    if any(raw is env for env in _reset_ahead):
+        # A worker resets an env right after the step that ends its episode, so an env
+        # whose last step ended an episode has already begun the next one (0 steps).
+        lengths = [steps[:-1] if steps[-1] == 0 else steps for steps in lengths]
+    return lengths
 
 
 class Recorder(Algorithm):
@@ -74,7 +103,7 @@ def run(env, algo: Recorder, resets) -> list[list[bool]]:
     return dones
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", GOLDEN_IMPLS)
 def test_golden_automatic_resets(impl):
     raw, env = make_env(impl, (1, 2, 3, 4))
     algo = Recorder()
@@ -86,7 +115,7 @@ def test_golden_automatic_resets(impl):
     assert episode_lengths(raw) == [[1] * 10, [2] * 5, [3, 3, 3, 1], [4, 4, 2]]
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", GOLDEN_IMPLS)
 def test_golden_forced_resets(impl):
     raw, env = make_env(impl, (2, 4))
     algo = Recorder()

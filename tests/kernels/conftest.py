@@ -16,40 +16,12 @@ even when ``triton`` itself was imported earlier in the session without the inte
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 import torch
 
-KERNEL_MODULES = (
-    "_triton",
-    "cartpole",
-    "pendulum",
-    "mountain_car",
-    "acrobot",
-    "sampler",
-    "tag_discrete",
-    "tag_continuous",
-)
+from tests.kernels.interpreter import import_kernels_for_this_machine
 
-
-def _import_kernels_for_this_machine() -> None:
-    use_interpreter = not torch.cuda.is_available()
-    previous = os.environ.get("TRITON_INTERPRET")
-    if use_interpreter:
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        for name in KERNEL_MODULES:
-            importlib.import_module(f"batchenv.kernels.{name}")
-    finally:
-        if previous is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-
-
-_import_kernels_for_this_machine()
+import_kernels_for_this_machine()
 
 
 @pytest.fixture
