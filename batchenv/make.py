@@ -19,7 +19,9 @@ from batchenv.batch_env import BatchEnv
 from batchenv.external_process import DEFAULT_START_TIMEOUT, ExternalProcess
 
 #: Default bounded spin of batchenv.make workers and parent (see ``spin_us``), microseconds.
-DEFAULT_SPIN_US = float(os.environ.get("BATCHENV_SPIN_US", "0"))
+#: Off: on the 2-core VMs measured so far it helped only latency-bound batches (N=1:
+#: +30-80%), and mixed results elsewhere (benchmarks/RESULTS.md).
+DEFAULT_SPIN_US = 0.0
 
 
 def make(
