@@ -85,13 +85,18 @@ def make_row_writer(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[
     """A function ``write(row, value)`` that stores one value of ``space`` into ``buffers``.
 
     The value's shape is checked against the space: a silently broadcast observation is
-    lost data, so a mismatch raises ValueError saying what was expected.
+    lost data, so a mismatch raises ValueError saying what was expected. Leaves with integer
+    buffers (Discrete, MultiDiscrete, MultiBinary) also refuse values that would be cast
+    (a float 7.9 into an int) and, for Discrete, values outside ``[start, start + n)``;
+    float (Box) leaves pay for nothing but the shape check.
     """
     leaf_spaces = leaves(space)
     layouts = [leaf_layout(leaf) for leaf in leaf_spaces]
+    checks = [_integer_check(leaf, buffer) for leaf, buffer in zip(leaf_spaces, buffers)]
     if len(leaf_spaces) == 1:
         shape = layouts[0][0]
         buffer = buffers[0]
+        check = checks[0]
 
         def write_one(row: int, value: Any) -> None:
             if getattr(value, "shape", None) != shape and np.shape(value) != shape:
@@ -99,22 +104,47 @@ def make_row_writer(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[
                     f"observation has shape {np.shape(value)} but the observation space "
                     f"{space} expects {shape}"
                 )
+            if check is not None:
+                check(value)
             buffer[row] = value
 
         return write_one
 
     def write_nest(row: int, value: Any) -> None:
-        for leaf, (shape, _), buffer, part in zip(
-            leaf_spaces, layouts, buffers, flatten(space, value)
+        for leaf, (shape, _), buffer, check, part in zip(
+            leaf_spaces, layouts, buffers, checks, flatten(space, value)
         ):
             if np.shape(part) != shape:
                 raise ValueError(
                     f"observation part has shape {np.shape(part)} but the space {leaf} "
                     f"expects {shape}"
                 )
+            if check is not None:
+                check(part)
             buffer[row] = part
 
     return write_nest
+
+
+def _integer_check(leaf: spaces.Space, buffer: np.ndarray) -> Callable[[Any], None] | None:
+    """For an integer buffer: a check that a value is integral (and in a Discrete's range)."""
+    if buffer.dtype.kind not in "iub":
+        return None
+    low = high = None
+    if isinstance(leaf, spaces.Discrete):
+        low, high = int(leaf.start), int(leaf.start) + int(leaf.n) - 1
+
+    def check(value: Any) -> None:
+        array = np.asarray(value)
+        if not np.can_cast(array.dtype, buffer.dtype, "same_kind"):
+            raise ValueError(
+                f"observation {value!r} has dtype {array.dtype}, but the space {leaf} holds "
+                f"{buffer.dtype} values; it would be cast, losing data"
+            )
+        if low is not None and not low <= int(array) <= high:
+            raise ValueError(f"observation {value!r} is outside the space {leaf} ([{low}, {high}])")
+
+    return check
 
 
 def make_row_reader(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[[int], Nest]:

@@ -187,6 +187,27 @@ class CloseRaisesEnv(PlainEnv):
         raise FaultyEnvError(f"env {self.index} cannot close")
 
 
+class DiscreteObservationEnv(_OneEnvFault):
+    """A Discrete(3) observation (the step count mod 3); at step ``at_step`` it returns
+    ``bad_value`` instead (a float to be cast, or an int outside the space)."""
+
+    def __init__(self, bad_value: float = 7.9, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_space = spaces.Discrete(3)
+        self.bad_value = bad_value
+        self._bad = False
+
+    def fire(self) -> None:
+        self._bad = True
+
+    def _observ(self):
+        return self.bad_value if self._bad else self.t % 3
+
+    def step(self, action):
+        self._bad = False
+        return super().step(action)
+
+
 class BadObservationEnv(_OneEnvFault):
     """Returns an observation one element longer than its space says, at step ``at_step``."""
 

@@ -146,28 +146,6 @@ FAULTS = {
 # A worker death or timeout is the whole worker's fault; "shm" hosts rows 2 and 3 in it.
 WHOLE_WORKER = {"exits", "killed-idle", "hangs"}
 
-BUG_PER_ENV_NAMES = (
-    "BUG: a BatchEnv of ExternalProcess workers does not tell each worker its row, so every "
-    "error names 'worker 0' / 'env 0' (ExternalProcess.rows defaults to [0] and "
-    "ListTransport.finish/start re-raise the worker's EnvWorkerError unchanged); the "
-    "bad-observation error from BatchEnv._write_checked has worker=None; and "
-    "ListTransport's timeout lists numpy ints in env_indices"
-)
-BUG_PER_ENV_STEP = (
-    "BUG: errors raised while a step is collected say step s+1: ExternalProcess.step "
-    "increments .steps before the reply arrives, and ListTransport.finish calls the promise "
-    "without the batch step (ExternalProcess.wait(step=...) is never given it)"
-)
-BUG_SHM_SEND_STEP = (
-    "BUG: a worker found dead when the step is *sent* (ExternalProcess.send -> "
-    "_died(what, None)) reports ExternalProcess.steps, which stays 0 for shared-memory "
-    "workers, instead of the batch step"
-)
-BUG_SHM_INFO_ROW = (
-    "BUG: _worker.Worker.serve pickles the infos of the whole worker with "
-    "_dump_ok(infos, self.rows[0]), so an unpicklable info of env 3 is blamed on env 2"
-)
-
 
 def provoke(case: str, kind: str, batches) -> tuple[BatchEnv, EnvWorkerError, float]:
     """Build a batch with fault ``case`` in env K, run S good steps, then the failing call."""
@@ -470,6 +448,29 @@ def test_observation_of_wrong_shape_is_an_env_error(kind, batches):
     assert info.value.remote_type == "ValueError"
     with pytest.raises(ClosedError):
         env.step(actions())
+
+
+@pytest.mark.parametrize(
+    "bad_value, message",
+    [
+        (7.9, r"observation 7\.9 has dtype float64, but the space Discrete\(3\)"),
+        (5, r"observation 5 is outside the space Discrete\(3\) \(\[0, 2\]\)"),
+    ],
+    ids=["float-cast", "out-of-range"],
+)
+@pytest.mark.parametrize("kind", KINDS)
+def test_observation_value_outside_the_space_is_an_env_error(kind, batches, bad_value, message):
+    env = batches(
+        kind,
+        functools.partial(fe.DiscreteObservationEnv, bad_value=bad_value, at_step=S, only_index=K),
+    )
+    observ, _ = env.reset(seed=0)
+    assert observ.dtype == np.int64 and observ.tolist() == [0] * NUM_ENVS
+    step_ok(env, S)
+    with pytest.raises(EnvWorkerError, match=message) as info:
+        env.step(actions())
+    assert info.value.remote_type == "ValueError"
+    assert info.value.env_index == K
 
 
 # ---------------------------------------------------------------------- 13. pickling
