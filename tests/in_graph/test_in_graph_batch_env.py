@@ -160,3 +160,23 @@ def test_in_graph_env_output_shapes_are_checked():
     env = InGraphBatchEnv(NoAgentAxis((2, 2)))
     with pytest.raises(ValueError, match=r"NoAgentAxis.reset returned observ of shape \(2, 3\)"):
         env.reset(torch.arange(2))
+
+
+def test_float64_observations_of_a_batch_env_become_float32():
+    """Float64 Box observations (Pendulum-style) arrive as float32 tensors, values kept."""
+    envs = [
+        gym.wrappers.TransformObservation(
+            gym.make("CartPole-v1"),
+            lambda o: o.astype(np.float64),
+            gym.spaces.Box(-np.inf, np.inf, (4,), np.float64),
+        )
+        for _ in range(2)
+    ]
+    env = InGraphBatchEnv(batchenv.BatchEnv(envs), seed=5)
+    assert env.env.observation_space.dtype == np.float64
+    observ = env.reset(torch.arange(2))
+    expected = np.stack([gym.make("CartPole-v1").reset(seed=5 + i)[0] for i in range(2)])
+    assert observ.dtype == torch.float32 and env.observ.dtype == torch.float32
+    assert torch.equal(observ, torch.from_numpy(expected))
+    simulate(env, batchenv.RandomAlgorithm(env.single_action_space, seed=0))
+    assert env.observ.dtype == torch.float32
