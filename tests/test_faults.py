@@ -783,7 +783,8 @@ def test_create_close_cycles_leak_no_process_fd_or_shared_memory():
             env.close()
     env = None
     gc.collect()
-    assert time.monotonic() - start < 30
+    # A hang guard, not a speed test (~30 s on an idle 2-core VM, more under load).
+    assert time.monotonic() - start < 120
     fds, shm, maps = _open_fds(), _shm_entries(), _batchenv_maps()
     assert fds <= before[0] + 2, f"{fds - before[0]} file descriptors leaked"
     assert shm == before[1]
