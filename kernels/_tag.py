@@ -30,6 +30,29 @@ from . import _triton
 
 BACKENDS = ("torch", "triton")
 
+
+def launch_buffers(
+    env: TagEnvBase, action: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The output buffers of a Tag kernel launch and the action it reads:
+    ``(observ, reward, terminated, truncated, action)``.
+
+    For a reset (``action`` None) only ``observ`` is real; the kernel neither reads nor
+    writes the others (``STEP`` is False), so any pointer of the right kind stands in.
+    """
+    e, n, device = env.num_envs, env.num_agents, env.device
+    observ = torch.empty(e, n, env.obs_dim, dtype=torch.float32, device=device)
+    if action is None:
+        return observ, observ, env.elapsed, env.elapsed, env.elapsed
+    return (
+        observ,
+        torch.empty(e, n, dtype=torch.float32, device=device),
+        torch.empty(e, dtype=torch.bool, device=device),
+        torch.empty(e, dtype=torch.bool, device=device),
+        action.to(torch.int64).contiguous(),
+    )
+
+
 def check_int(owner: str, name: str, value: object, minimum: int) -> int:
     """``value`` as an int >= ``minimum`` (bools refused), or a ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

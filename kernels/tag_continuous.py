@@ -75,7 +75,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ._tag import TagEnvBase, check_float, check_int
+from ._tag import TagEnvBase, check_float, check_int, launch_buffers
 from ._triton import (
     STREAM_RESET,
     add_combine,
@@ -389,16 +389,8 @@ def continuous_tag_step_triton(
     Returns ``(observ, reward, terminated, truncated)``, the last three None for a reset.
     """
     e, n = env.num_envs, env.num_agents
-    device = env.device
     step = action is not None
-    observ = torch.empty(e, n, env.obs_dim, dtype=torch.float32, device=device)
-    if step:
-        reward = torch.empty(e, n, dtype=torch.float32, device=device)
-        terminated = torch.empty(e, dtype=torch.bool, device=device)
-        truncated = torch.empty(e, dtype=torch.bool, device=device)
-        action = action.to(torch.int64).contiguous()
-    else:  # never read or written (STEP is False); any pointer of the right kind will do
-        reward, terminated, truncated, action = observ, env.elapsed, env.elapsed, env.elapsed
+    observ, reward, terminated, truncated, action = launch_buffers(env, action)
     block_a = triton.next_power_of_2(n)
     block_i = max(1, min(block_a, 2048 // block_a))  # a tile of at most 2048 elements
     key_lo, key_hi = split_key(env._seed)
