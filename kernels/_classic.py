@@ -8,8 +8,8 @@ Every env keeps the same two tensors, on both backends:
 An env module (``cartpole.py``, ...) subclasses :class:`ClassicControlEnv` once and supplies
 five pieces: ``_make_spaces`` (the Gymnasium spaces), ``state_dim``/``max_episode_steps``,
 the initial-state box ``(init_low, init_high)``, the pure tensor functions ``_dynamics``
-and ``_observe`` (the torch backend), and ``_triton_step``, the launcher of the module's
-fused Triton ``_step_kernel`` (the triton backend).
+and ``_observe`` (the torch backend), and ``_triton_kernel``, the module's fused Triton
+``_step_kernel`` (the triton backend), which ``_triton.launch_classic_step`` launches.
 Everything else -- argument checks, seeding, ``reset``, ``step``, ``get_state``/``set_state``
 -- lives here, so finding ``step`` never means crossing more than these two files.
 
@@ -241,19 +241,6 @@ class ClassicControlEnv:
         raise NotImplementedError
 
     @staticmethod
-    def _triton_step(
-        state: torch.Tensor,
-        elapsed: torch.Tensor,
-        restarts: torch.Tensor,
-        action: torch.Tensor | None,
-        reset_mask: torch.Tensor | None,
-        seed: int,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """The module's launcher (see ``_triton.launch_classic_step``): a step, or a reset
-        of the ``reset_mask`` rows when ``action`` is None."""
-        raise NotImplementedError
-
-    @staticmethod
     def _triton_kernel():
         """The module's ``_step_kernel`` (to tell where it can run)."""
         raise NotImplementedError
@@ -264,8 +251,16 @@ class ClassicControlEnv:
         self, action: torch.Tensor | None, reset_mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """One launch of the triton backend's kernel (a step, or a reset when no action)."""
-        return self._triton_step(
-            self.state, self.elapsed, self._restarts, action, reset_mask, self._seed
+        return _triton.launch_classic_step(
+            self._triton_kernel(),
+            state=self.state,
+            elapsed=self.elapsed,
+            restarts=self._restarts,
+            action=action,
+            reset_mask=reset_mask,
+            seed=self._seed,
+            obs_dim=self.single_observation_space.shape[0],
+            max_episode_steps=self.max_episode_steps,
         )
 
     def _check_reset_mask(self, reset_mask: torch.Tensor) -> torch.Tensor:

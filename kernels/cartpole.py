@@ -23,7 +23,7 @@ Example::
     (torch.Size([8, 4]), torch.float32, torch.bool)
 
 ``CartPole(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
-:func:`_step_kernel` (launched by :func:`cartpole_step_triton`).
+:func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
+from ._triton import STREAM_RESET, tl, triton, uniform4
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -185,30 +185,6 @@ def _step_kernel(
         tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
 
 
-def cartpole_step_triton(
-    state: torch.Tensor,
-    elapsed: torch.Tensor,
-    restarts: torch.Tensor,
-    action: torch.Tensor | None,
-    reset_mask: torch.Tensor | None,
-    seed: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
-    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
-    :func:`batchenv.kernels._triton.launch_classic_step`."""
-    return launch_classic_step(
-        _step_kernel,
-        state=state,
-        elapsed=elapsed,
-        restarts=restarts,
-        action=action,
-        reset_mask=reset_mask,
-        seed=seed,
-        obs_dim=4,
-        max_episode_steps=CartPole.max_episode_steps,
-    )
-
-
 class CartPole(ClassicControlEnv):
     """A batch of CartPole-v1 envs following the InGraphEnv protocol.
 
@@ -235,8 +211,6 @@ class CartPole(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return cartpole_dynamics(state, action)
-
-    _triton_step = staticmethod(cartpole_step_triton)
 
     @staticmethod
     def _triton_kernel():

@@ -26,7 +26,7 @@ Example::
     (torch.Size([8, 2]), torch.Size([8]))
 
 ``MountainCarContinuous(8, device="cuda", backend="triton")`` runs the same step as one fused
-kernel, :func:`_step_kernel` (launched by :func:`mountain_car_step_triton`).
+kernel, :func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
+from ._triton import STREAM_RESET, tl, triton, uniform4
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -139,30 +139,6 @@ def _step_kernel(
         tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
 
 
-def mountain_car_step_triton(
-    state: torch.Tensor,
-    elapsed: torch.Tensor,
-    restarts: torch.Tensor,
-    action: torch.Tensor | None,
-    reset_mask: torch.Tensor | None,
-    seed: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
-    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
-    :func:`batchenv.kernels._triton.launch_classic_step`."""
-    return launch_classic_step(
-        _step_kernel,
-        state=state,
-        elapsed=elapsed,
-        restarts=restarts,
-        action=action,
-        reset_mask=reset_mask,
-        seed=seed,
-        obs_dim=2,
-        max_episode_steps=MountainCarContinuous.max_episode_steps,
-    )
-
-
 class MountainCarContinuous(ClassicControlEnv):
     """A batch of MountainCarContinuous-v0 envs following the InGraphEnv protocol.
 
@@ -192,8 +168,6 @@ class MountainCarContinuous(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return mountain_car_dynamics(state, action)
-
-    _triton_step = staticmethod(mountain_car_step_triton)
 
     @staticmethod
     def _triton_kernel():

@@ -23,7 +23,7 @@ Example::
     (torch.Size([8, 3]), False)
 
 ``Pendulum(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
-:func:`_step_kernel` (launched by :func:`pendulum_step_triton`).
+:func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, launch_classic_step, tl, triton, uniform4
+from ._triton import STREAM_RESET, tl, triton, uniform4
 
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
@@ -147,30 +147,6 @@ def _step_kernel(
         tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
 
 
-def pendulum_step_triton(
-    state: torch.Tensor,
-    elapsed: torch.Tensor,
-    restarts: torch.Tensor,
-    action: torch.Tensor | None,
-    reset_mask: torch.Tensor | None,
-    seed: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Launch :func:`_step_kernel` over every row (a reset of the masked rows when ``action``
-    is None); ``state``, ``elapsed`` and ``restarts`` change in place. See
-    :func:`batchenv.kernels._triton.launch_classic_step`."""
-    return launch_classic_step(
-        _step_kernel,
-        state=state,
-        elapsed=elapsed,
-        restarts=restarts,
-        action=action,
-        reset_mask=reset_mask,
-        seed=seed,
-        obs_dim=3,
-        max_episode_steps=Pendulum.max_episode_steps,
-    )
-
-
 class Pendulum(ClassicControlEnv):
     """A batch of Pendulum-v1 envs (g = 10) following the InGraphEnv protocol.
 
@@ -199,8 +175,6 @@ class Pendulum(ClassicControlEnv):
 
     def _dynamics(self, state, action):
         return pendulum_dynamics(state, action)
-
-    _triton_step = staticmethod(pendulum_step_triton)
 
     @staticmethod
     def _triton_kernel():
