@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["ActorSpec", "allocate_slots", "run_actor", "slot_specs"]
+__all__ = ["ActorSpec", "allocate_slots", "run_actor", "slot_specs", "write_row"]
 
 _POLL_SECONDS = 0.2
 
@@ -221,8 +221,17 @@ class _Actor:
             rows = np.asarray(slots)
             for k, key in enumerate(self.core_keys):
                 views[key][rows] = core_state[k][0].numpy()
-            self._write(
-                rows, 0, observ, reward, done, episode_return, episode_step, last_action, agent
+            write_row(
+                views,
+                rows,
+                0,
+                observ,
+                reward,
+                done,
+                episode_return,
+                episode_step,
+                last_action,
+                agent,
             )
             for t in range(T):
                 with torch.inference_mode():
@@ -233,7 +242,8 @@ class _Actor:
                 episode_return += reward
                 episode_step += 1
                 last_action = action
-                self._write(
+                write_row(
+                    views,
                     rows,
                     t + 1,
                     observ,
@@ -262,16 +272,19 @@ class _Actor:
             "last_action": torch.from_numpy(last_action).unsqueeze(0),
         }
 
-    def _write(
-        self, rows, t, observ, reward, done, episode_return, episode_step, last_action, agent
-    ) -> None:
-        views = self.views
-        views["frame"][rows, t] = observ
-        views["reward"][rows, t] = reward
-        views["done"][rows, t] = done
-        views["episode_return"][rows, t] = episode_return
-        views["episode_step"][rows, t] = episode_step
-        views["last_action"][rows, t] = last_action
-        views["action"][rows, t] = agent["action"][0].numpy()
-        views["policy_logits"][rows, t] = agent["policy_logits"][0].numpy()
-        views["baseline"][rows, t] = agent["baseline"][0].numpy()
+
+def write_row(
+    views, rows, t, observ, reward, done, episode_return, episode_step, last_action, agent
+) -> None:
+    """Write row ``t`` of the unrolls ``rows`` of ``views`` (key -> ``[slot, T + 1, ...]``
+    arrays): what the envs returned and the agent outputs (``[1, envs, ...]``) of the step
+    before, which chose ``last_action``."""
+    views["frame"][rows, t] = observ
+    views["reward"][rows, t] = reward
+    views["done"][rows, t] = done
+    views["episode_return"][rows, t] = episode_return
+    views["episode_step"][rows, t] = episode_step
+    views["last_action"][rows, t] = last_action
+    views["action"][rows, t] = np.asarray(agent["action"][0])
+    views["policy_logits"][rows, t] = np.asarray(agent["policy_logits"][0])
+    views["baseline"][rows, t] = np.asarray(agent["baseline"][0])

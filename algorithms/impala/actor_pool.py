@@ -143,14 +143,13 @@ class ActorPool:
         config = self.config
         actor.incarnation += 1
         free = [slot for slot in actor.slots if self.state[slot] == WITH_ACTOR]
-        base = config.seed + 1000 * actor.index * config.envs_per_actor
         spec = ActorSpec(
             index=actor.index,
             incarnation=actor.incarnation,
             constructors=(self.constructor,) * config.envs_per_actor,
             env_workers=config.env_workers,
             unroll_length=config.unroll_length,
-            seed=base + 7919 * actor.incarnation,
+            seed=config.actor_seed(actor.index, actor.incarnation),
             slots=tuple(free),
             parent_pid=os.getpid(),
             actor_timeout=config.actor_timeout,

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from batchenv.algorithms.impala.config import ImpalaConfig, field_help
 
-MODES = ("sync", "async")
 _FLAG_NAMES = {"total_steps": "steps"}
 
 
@@ -47,13 +46,8 @@ def _optional_int(text: str) -> int | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The train options: --mode, --logdir, --resume, --no-progress and every config field."""
-    parser.add_argument(
-        "--mode",
-        choices=MODES,
-        default="sync",
-        help="sync: actor processes + shared memory (MonoBeast); async: issue 7",
-    )
+    """The train options: --logdir, --resume, --no-progress and every config field
+    (``--mode sync|async`` among them)."""
     parser.add_argument(
         "--logdir", default=None, help="run directory (default runs/impala-ENV-TIME)"
     )
@@ -99,17 +93,11 @@ def _stored_config(record: dict) -> ImpalaConfig:
 
 def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train impala``; returns the exit status."""
+    from batchenv.algorithms.impala.async_mode import AsyncTrainer
     from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
     from batchenv.algorithms.impala.sync import SyncTrainer
     from batchenv.run_dir import RunDirectory
 
-    if args.mode == "async":
-        print(
-            "batchenv train impala: --mode async is not implemented yet (see issue 7); "
-            "use --mode sync",
-            file=sys.stderr,
-        )
-        return 2
     try:
         if args.resume:
             if args.logdir is None:
@@ -140,11 +128,13 @@ def train(args: argparse.Namespace) -> int:
             )
             return 0
         print(
-            f"impala {config.env}: {config.num_actors} actors x {config.envs_per_actor} envs, "
+            f"impala {config.mode} {config.env}: {config.num_actors} actors x "
+            f"{config.envs_per_actor} envs, "
             f"T={config.unroll_length}, B={config.batch_size}, run directory {run.path}"
         )
         try:
-            trainer = SyncTrainer(
+            trainer_class = AsyncTrainer if config.mode == "async" else SyncTrainer
+            trainer = trainer_class(
                 config, run_dir=run, checkpoint=checkpoint, progress=not args.no_progress
             )
             result = trainer.train()
@@ -180,7 +170,7 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
     import torch
 
     from batchenv.algorithms.impala.envs import env_constructor
-    from batchenv.algorithms.impala.sync import build_model
+    from batchenv.algorithms.impala.trainer import build_model
     from batchenv.run_dir import RunDirectory
 
     with RunDirectory(run_dir, "impala", resume=True) as run:

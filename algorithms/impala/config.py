@@ -26,25 +26,30 @@ __all__ = ["ImpalaConfig", "field_help"]
 
 REWARD_CLIPPING = ("abs_one", "none")
 MODELS = ("auto", "mlp", "atari", "resnet")
+MODES = ("sync", "async")
 
 
 @dataclass(frozen=True)
 class ImpalaConfig:
     """IMPALA settings (TorchBeast MonoBeast defaults). Immutable: use :meth:`replace`."""
 
-    # Environment and actors.
+    # Mode, environment and actors.
+    mode: str = "sync"
+    """'sync': actor processes fill shared memory (MonoBeast); 'async': actor threads,
+    batched inference and a learner queue (PolyBeast)."""
     env: str = "CartPole-v1"
     """Gymnasium id (Atari ids get the DeepMind preprocessing of batchenv.wrappers)."""
     num_actors: int = 4
-    """Actor processes, each stepping envs_per_actor envs with a CPU copy of the model."""
+    """Actors (sync: processes with a CPU model copy; async: threads), envs_per_actor each."""
     envs_per_actor: int = 1
     """Envs each actor steps in lockstep (one batched forward pass for all of them)."""
     env_workers: int = 0
-    """0: an actor steps its envs itself; N > 0: in a batchenv.make group of N workers."""
+    """Worker processes of an actor's envs (batchenv.make); 0: sync actors step their envs
+    themselves, async actors use 1 worker."""
     total_steps: int = 100_000
     """Agent steps to train for (the learning rate reaches 0 here)."""
     seed: int = 0
-    """Seed of torch in the learner and of the envs (actor k, env j: seed + 1000 k + j)."""
+    """Seed of torch and of the envs (actor_seed(): env j of actor k gets seed + 1000 k E + j)."""
 
     # Data flow.
     unroll_length: int = 80
@@ -54,7 +59,13 @@ class ImpalaConfig:
     num_learner_threads: int = 2
     """Learner threads; each takes a batch, learns under a lock and returns the slots."""
     num_buffers: int | None = None
-    """Shared-memory slots in all; None: max(2 * actors * envs_per_actor, batch_size)."""
+    """Sync: shared-memory slots in all; None: max(2 * actors * envs_per_actor, batch_size)."""
+    num_inference_threads: int = 1
+    """Async: threads running the acting model on dynamically batched actor steps."""
+    max_learner_queue_size: int | None = None
+    """Async: unrolls the learner queue holds before actors wait; None: 2 * batch_size."""
+    device: str = "cpu"
+    """Device of the learner (and of async inference): 'cpu', 'cuda', 'cuda:N' or 'auto'."""
 
     # Model.
     model: str = "auto"
@@ -110,6 +121,7 @@ class ImpalaConfig:
             "unroll_length",
             "batch_size",
             "num_learner_threads",
+            "num_inference_threads",
             "torch_threads",
         )
         for name in positive:
@@ -122,6 +134,15 @@ class ImpalaConfig:
             raise ValueError(
                 f"ImpalaConfig.max_actor_restarts must be >= 0, got {self.max_actor_restarts!r}"
             )
+        if self.mode not in MODES:
+            raise ValueError(f"ImpalaConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if self.max_learner_queue_size is not None and self.max_learner_queue_size < 1:
+            raise ValueError(
+                "ImpalaConfig.max_learner_queue_size must be a positive integer or None, "
+                f"got {self.max_learner_queue_size!r}"
+            )
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"ImpalaConfig.device must be a device name, got {self.device!r}")
         if self.reward_clipping not in REWARD_CLIPPING:
             raise ValueError(
                 f"ImpalaConfig.reward_clipping must be one of {REWARD_CLIPPING}, "
@@ -156,6 +177,17 @@ class ImpalaConfig:
         per_actor = math.ceil(total / self.num_actors)
         share = self.envs_per_actor + math.ceil(self.batch_size / self.num_actors)
         return max(per_actor, share)
+
+    @property
+    def learner_queue_size(self) -> int:
+        """Async: the learner queue's capacity in unrolls (max_learner_queue_size resolved)."""
+        if self.max_learner_queue_size is not None:
+            return self.max_learner_queue_size
+        return 2 * self.batch_size
+
+    def actor_seed(self, actor: int, incarnation: int) -> int:
+        """Seed of env 0 of ``actor``'s ``incarnation`` (env j gets this + j)."""
+        return self.seed + 1000 * actor * self.envs_per_actor + 7919 * incarnation
 
     @property
     def steps_per_batch(self) -> int:

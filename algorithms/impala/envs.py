@@ -109,19 +109,26 @@ class WorkerGroup:
     """Envs in a ``batchenv.make`` worker group (``num_workers`` processes), with autoreset."""
 
     def __init__(
-        self, constructors: list[Callable[[], gymnasium.Env]], num_workers: int, timeout: float
+        self,
+        constructors: list[Callable[[], gymnasium.Env]],
+        num_workers: int,
+        timeout: float,
+        start_timeout: float | None = None,
     ):
         import batchenv
+        from batchenv.make import DEFAULT_START_TIMEOUT, start_workers
 
+        deadlines = {
+            "timeout": timeout,
+            "start_timeout": DEFAULT_START_TIMEOUT if start_timeout is None else start_timeout,
+        }
         if len(set(map(id, constructors))) == 1:
             self.env = batchenv.make(
-                constructors[0], len(constructors), num_workers=num_workers, timeout=timeout
+                constructors[0], len(constructors), num_workers=num_workers, **deadlines
             )
         else:
-            from batchenv.make import start_workers
-
             self.env = start_workers(
-                constructors, num_workers=num_workers, timeout=timeout, reset_ahead=True
+                constructors, num_workers=num_workers, reset_ahead=True, **deadlines
             )
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -135,6 +142,10 @@ class WorkerGroup:
             rows = np.flatnonzero(done)
             observ[rows] = self.env.reset(indices=rows)[0]
         return observ, reward.astype(np.float32, copy=False), done
+
+    def pids(self) -> list[int]:
+        """Process ids of the workers."""
+        return [process.pid for process in self.env.processes()]
 
     def close(self) -> None:
         self.env.close()

@@ -57,8 +57,22 @@ def test_every_field_is_documented() -> None:
         ({"discount": 1.5}, r"discount must lie in \[0, 1\], got 1.5"),
         ({"num_buffers": 3}, "num_buffers=3 is too few: each of the 4 actors fills 1 slots"),
         ({"actor_timeout": 0}, "ImpalaConfig.actor_timeout must be > 0, got 0"),
+        ({"mode": "polybeast"}, "ImpalaConfig.mode must be one of ('sync', 'async')"),
+        ({"max_learner_queue_size": 0}, "max_learner_queue_size must be a positive integer"),
+        ({"num_inference_threads": 0}, "num_inference_threads must be a positive integer"),
     ],
-    ids=["actors=0", "batch=2.5", "clipping", "model", "discount", "buffers", "timeout"],
+    ids=[
+        "actors=0",
+        "batch=2.5",
+        "clipping",
+        "model",
+        "discount",
+        "buffers",
+        "timeout",
+        "mode",
+        "queue",
+        "inference",
+    ],  # fmt: skip
 )
 def test_invalid_configs(changes: dict, message: str) -> None:
     with pytest.raises(
@@ -97,7 +111,7 @@ def test_command_line_is_generated_from_the_config() -> None:
         use_lstm=True,
         learning_rate=1e-3,
     )
-    assert args.mode == "sync" and not args.resume
+    assert config.mode == "sync" and args.mode is None and not args.resume
     help_text = parser.format_help()
     assert "--unroll-length" in help_text and "Unrolls B per learner step" in help_text
 
@@ -171,9 +185,19 @@ def test_cli_smoke_train_resume_evaluate(tmp_path: Path, capsys) -> None:
     assert "2 episodes at step 800: mean return" in capsys.readouterr().out
 
 
-def test_cli_async_mode_is_not_implemented_yet(tmp_path: Path, capsys) -> None:
-    assert main(["train", "impala", "--mode", "async", "--logdir", str(tmp_path / "r")]) == 2
-    assert "--mode async is not implemented yet (see issue 7)" in capsys.readouterr().err
+def test_cli_async_mode_trains_and_resumes_in_async_mode(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    flags = ["--num-actors", "2", "--envs-per-actor", "2", "--unroll-length", "10",
+             "--batch-size", "2", "--no-progress", "--logdir", str(run_dir)]  # fmt: skip
+    assert main(["train", "impala", "--mode", "async", "--steps", "400", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "impala async CartPole-v1: 2 actors x 2 envs" in out and "done: 400 steps" in out
+    assert json.loads((run_dir / "config.json").read_text())["config"]["mode"] == "async"
+    # --resume keeps the stored mode.
+    assert main(["train", "impala", "--resume", "--steps", "600", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "impala async CartPole-v1" in out and "done: 600 steps" in out
+    assert int(_rows(run_dir)[-1]["step"]) == 600
 
 
 def test_cli_resume_needs_a_run(tmp_path: Path, capsys) -> None:
