@@ -222,17 +222,9 @@ class _Actor:
             for k, key in enumerate(self.core_keys):
                 views[key][rows] = core_state[k][0].numpy()
             write_row(
-                views,
-                rows,
-                0,
-                observ,
-                reward,
-                done,
-                episode_return,
-                episode_step,
-                last_action,
-                agent,
-            )
+                views, rows, 0, observ, reward, done, episode_return, episode_step,
+                last_action, agent,
+            )  # fmt: skip
             for t in range(T):
                 with torch.inference_mode():
                     inputs = self._inputs(observ, reward, done, last_action)
@@ -243,17 +235,9 @@ class _Actor:
                 episode_step += 1
                 last_action = action
                 write_row(
-                    views,
-                    rows,
-                    t + 1,
-                    observ,
-                    reward,
-                    done,
-                    episode_return,
-                    episode_step,
-                    last_action,
-                    agent,
-                )
+                    views, rows, t + 1, observ, reward, done, episode_return, episode_step,
+                    last_action, agent,
+                )  # fmt: skip
                 if done.any():
                     episode_return[done] = 0.0
                     episode_step[done] = 0

@@ -163,7 +163,7 @@ class AsyncTrainer(Trainer):
         for thread in self._inference_threads:
             thread.join(_JOIN_SECONDS)
 
-    def _counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, int]:
         with self._counts_lock:
             return {
                 "restarts": self.restarts,
@@ -171,6 +171,9 @@ class AsyncTrainer(Trainer):
                 "leftover_unrolls": self.leftover_unrolls,
                 "abandoned_unrolls": self.abandoned_unrolls,
             }
+
+    def actor_pids(self, index: int) -> list[int]:
+        return list(self.actors[index].pids)
 
     def _publish(self) -> None:
         with torch.no_grad():

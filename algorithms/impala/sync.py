@@ -35,13 +35,8 @@ SyncResult = TrainResult
 class SyncTrainer(Trainer):
     """Train IMPALA with actor processes and learner threads on one machine.
 
-    Args:
-        config: the settings (ImpalaConfig; MonoBeast's defaults).
-        env: overrides ``config.env`` with an env constructor (for custom envs and tests).
-        run_dir: a batchenv RunDirectory for metrics, TensorBoard, checkpoints, curve.png.
-        checkpoint: a checkpoint dict to resume from (``run_dir.load_checkpoint()``).
-        progress: show a tqdm progress bar.
-        record_unrolls: keep the id of every consumed unroll in the result.
+    Takes the arguments of :class:`~batchenv.algorithms.impala.trainer.Trainer`;
+    ``config.mode`` is not consulted (this class is the synchronous mode).
     """
 
     def __init__(self, config, env=None, **options):
@@ -73,7 +68,7 @@ class SyncTrainer(Trainer):
         if self.pool is not None:
             self.pool.close()
 
-    def _counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, int]:
         if self.pool is None:
             return dict.fromkeys(
                 ("restarts", "produced_unrolls", "leftover_unrolls", "abandoned_unrolls"), 0
@@ -81,6 +76,10 @@ class SyncTrainer(Trainer):
         counts = self.pool.counts()
         counts["leftover_unrolls"] = counts["full"]
         return counts
+
+    def actor_pids(self, index: int) -> list[int]:
+        actor = self.pool.actors[index] if self.pool is not None else None
+        return [actor.process.pid] if actor is not None and actor.alive else []
 
     def _publish(self) -> None:
         with torch.no_grad():

@@ -186,8 +186,15 @@ class Trainer:
         """Stop and reap everything ``_start`` started; idempotent."""
         raise NotImplementedError
 
-    def _counts(self) -> dict[str, int]:
-        """``restarts``, ``produced_unrolls``, ``leftover_unrolls``, ``abandoned_unrolls``."""
+    def counts(self) -> dict[str, int]:
+        """Counters so far: ``restarts`` (of actors), ``produced_unrolls`` (delivered),
+        ``leftover_unrolls`` (delivered, not consumed), ``abandoned_unrolls`` (lost with a
+        failed actor)."""
+        raise NotImplementedError
+
+    def actor_pids(self, index: int) -> list[int]:
+        """The processes of actor ``index`` now: the actor process (sync) or the workers
+        stepping its envs (async)."""
         raise NotImplementedError
 
     def _publish(self) -> None:
@@ -351,7 +358,7 @@ class Trainer:
                 self.run_dir.save_checkpoint(self.state_dict())
                 if not interrupted:  # Ctrl-C: exit fast; the next run draws the curve
                     self.run_dir.plot_curve()
-        counts = self._counts()
+        counts = self.counts()
         return TrainResult(
             steps=self.step,
             learner_steps=self.learner_steps,
@@ -377,7 +384,7 @@ class Trainer:
             row["mean_score"] = float(np.mean(finished))
             row["episodes"] = len(finished)
             returns.append((step, row["mean_score"]))
-        counts = self._counts()
+        counts = self.counts()
         row["actor_restarts"] = counts["restarts"]
         row["abandoned_unrolls"] = counts["abandoned_unrolls"]
         if self.run_dir is not None and (stats or finished):

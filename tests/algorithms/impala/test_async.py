@@ -1,21 +1,16 @@
-"""The asynchronous mode's guarantees, as for the synchronous mode (test_sync.py): every unroll
-consumed once, failed env groups seen at once and restarted within a budget, typed errors
-naming actor, env and exit code, no hangs (also when inference fails), Ctrl-C stops
-everything, exact resume. tests/conftest.py fails any test that leaves a process."""
+"""The asynchronous mode's own guarantees (test_trainers.py runs the shared ones on both
+modes): every unroll consumed once, failed env groups seen at once and restarted within a
+budget, typed errors naming actor, env and exit code, no hangs (also when inference fails),
+Ctrl-C stops everything. tests/conftest.py fails any test that leaves a process."""
 
 from __future__ import annotations
 
 import functools
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
@@ -25,8 +20,8 @@ from batchenv.algorithms.impala.batcher import BatcherError
 from batchenv.algorithms.impala.config import ImpalaConfig
 from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
 from batchenv.errors import EnvWorkerError, RemoteTraceback, WorkerDiedError
-from batchenv.run_dir import RunDirectory
-from tests.algorithms.impala.impala_envs import CountingEnv, FaultAfterEnv, ImageEnv
+from tests.algorithms.impala.impala_envs import CountingEnv, FaultAfterEnv
+from tests.algorithms.impala.trainer_helpers import check_accounting, small_config
 
 prestart()  # the fork server and resource tracker outlive every test (see test_sync.py)
 
@@ -34,26 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _config(**changes) -> ImpalaConfig:
-    values = dict(
-        env="CountingEnv",
-        mode="async",
-        num_actors=2,
-        envs_per_actor=2,
-        unroll_length=5,
-        batch_size=2,
-        total_steps=400,
-        log_interval=0.2,
-        start_timeout=60.0,
-    )
-    values.update(changes)
-    return ImpalaConfig(**values)
-
-
-def _check_accounting(result, batch_size: int = 2) -> None:
-    ids = result.consumed_ids
-    assert len(ids) == len(set(ids)) == result.consumed_unrolls  # none consumed twice
-    assert result.produced_unrolls == result.consumed_unrolls + result.leftover_unrolls
-    assert result.consumed_unrolls == result.learner_steps * batch_size
+    return small_config("async", **changes)
 
 
 def _threads_left() -> list[str]:
@@ -65,7 +41,7 @@ def test_every_unroll_is_consumed_once_and_every_thread_ends() -> None:
     trainer = AsyncTrainer(_config(), env=functools.partial(CountingEnv, 10), record_unrolls=True)
     result = trainer.train()
     assert result.steps == 400 and result.learner_steps == 40
-    _check_accounting(result)
+    check_accounting(result)
     assert result.actor_restarts == 0 and result.abandoned_unrolls == 0
     # CountingEnv(10) episodes last 10 steps; every consumed unroll has 5 of them.
     assert result.episodes == pytest.approx(result.consumed_unrolls * 5 / 10, abs=4)
@@ -109,65 +85,6 @@ def test_rows_of_an_unroll_follow_monobeast_layout() -> None:
         torch.testing.assert_close(
             batch["episode_step"][running].float(), (frame[..., 0][running] * 10).round()
         )
-
-
-@pytest.mark.parametrize(
-    "env, changes",
-    [(functools.partial(CountingEnv, 10), {"use_lstm": True}),
-     (functools.partial(ImageEnv, 10), {})],
-    ids=["mlp-lstm", "atari-net-uint8"],
-)  # fmt: skip
-def test_lstm_and_image_agents_train(env, changes: dict) -> None:
-    result = AsyncTrainer(_config(total_steps=100, **changes), env=env, record_unrolls=True).train()
-    assert result.steps == 100 and result.learner_steps == 10
-    _check_accounting(result)
-
-
-def test_env_worker_killing_itself_is_restarted(tmp_path: Path, caplog) -> None:
-    env = functools.partial(FaultAfterEnv, "kill", at_step=7, marker=str(tmp_path / "fired"))
-    with caplog.at_level("WARNING"):
-        result = AsyncTrainer(_config(), env=env, record_unrolls=True).train()
-    assert result.actor_restarts == 1
-    assert result.abandoned_unrolls == 2  # the unroll of both its envs in progress
-    assert result.steps == 400
-    _check_accounting(result)
-    assert {incarnation for _, incarnation, _ in result.consumed_ids} == {0, 1}
-    assert "lost its envs" in caplog.text and "restarting it (restart 1 of 3)" in caplog.text
-
-
-def test_sigkill_of_an_env_worker_is_detected_within_a_second() -> None:
-    trainer = AsyncTrainer(_config(total_steps=10**9), env=functools.partial(CountingEnv, 10))
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            trainer.train()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while trainer.step < 100 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert trainer.step >= 100, "training did not start"
-        victim = trainer.actors[1].pids[0]
-        killed = time.monotonic()
-        os.kill(victim, signal.SIGKILL)
-        while trainer.restarts == 0 and time.monotonic() - killed < 5:
-            time.sleep(0.01)
-        assert trainer.restarts == 1
-        assert time.monotonic() - killed < 1.0
-        steps = trainer.step
-        while trainer.step < steps + 200 and time.monotonic() - killed < 60:
-            time.sleep(0.05)
-        assert trainer.step >= steps + 200  # training goes on with the new env group
-        assert victim not in trainer.actors[1].pids
-    finally:
-        trainer.stop()
-        thread.join(30)
-    assert not thread.is_alive() and "error" not in outcome
 
 
 def test_restart_budget_exceeded_raises_actor_died_error() -> None:
@@ -251,81 +168,8 @@ def test_an_actor_told_its_batch_failed_reports_it() -> None:
     assert _threads_left() == []
 
 
-def test_checkpoint_resume_is_exact(tmp_path: Path) -> None:
-    config = _config(total_steps=200)
-    with RunDirectory(tmp_path / "run", "impala", config, seed=0, env_id="CountingEnv") as run:
-        first = AsyncTrainer(config, env=functools.partial(CountingEnv, 10), run_dir=run)
-        result = first.train()
-        checkpoint = run.load_checkpoint()
-    assert result.steps == checkpoint["step"] == 200 and checkpoint["learner_steps"] == 20
-    assert checkpoint["config"]["mode"] == "async"
-    assert (tmp_path / "run" / "curve.png").exists()
-
-    longer = config.replace(total_steps=400)
-    resumed = AsyncTrainer(longer, env=functools.partial(CountingEnv, 10), checkpoint=checkpoint)
-    state = resumed.state_dict()
-    for key, tensor in checkpoint["model"].items():
-        torch.testing.assert_close(state["model"][key], tensor, rtol=0, atol=0)
-        # Inference acts with the restored weights from the first step.
-        torch.testing.assert_close(resumed.acting_model.state_dict()[key], tensor, rtol=0, atol=0)
-    assert state["scheduler"]["last_epoch"] == 20
-    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(4.8e-4 * 0.5)
-    result = resumed.train()
-    assert result.steps == 400 and resumed.learner_steps == 40
-
-
 def test_unavailable_device_is_refused() -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     with pytest.raises(ValueError, match="device='cuda' but CUDA is not available"):
         AsyncTrainer(_config(device="cuda"), env=functools.partial(CountingEnv, 10))
-
-
-SIGINT_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from batchenv.cli import main
-    sys.exit(main(["train", "impala", "--mode", "async", "--env", "CartPole-v1",
-                   "--num-actors", "2", "--envs-per-actor", "2", "--unroll-length", "10",
-                   "--batch-size", "2", "--steps", "100000000", "--log-interval", "0.2",
-                   "--no-progress", "--logdir", sys.argv[1]]))
-    """
-)
-
-
-@pytest.mark.slow
-def test_ctrl_c_stops_everything_within_seconds(tmp_path: Path) -> None:
-    logdir = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-c", SIGINT_SCRIPT, str(logdir)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        metrics = logdir / "metrics.csv"
-        while time.monotonic() < deadline and process.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.1)
-        assert process.poll() is None, process.communicate()
-        descendants = psutil.Process(process.pid).children(recursive=True)
-        # One env worker per actor (grandchildren, started by the fork server).
-        workers = [child for child in descendants if child.ppid() != process.pid]
-        assert len(workers) == 2
-        sent = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=15)
-        took = time.monotonic() - sent
-        _, alive = psutil.wait_procs(descendants, timeout=5)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert not alive, f"left behind: {alive}"
-    assert took < 8.0, f"took {took:.1f} s to exit (checkpoint included)"
-    assert process.returncode == 130, stderr
-    assert "interrupted; checkpoint saved" in stderr
-    assert (logdir / "checkpoint.pt").exists()

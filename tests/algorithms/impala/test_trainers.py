@@ -1,6 +1,8 @@
-"""The synchronous mode's guarantees: every unroll consumed once, dead actors seen at once and
-restarted within a budget, typed errors naming actor, env and exit code, no hangs, Ctrl-C
-stops everything, exact resume. tests/conftest.py fails any test that leaves a process."""
+"""The trainers' guarantees: every unroll consumed once, dead actors seen at once and restarted
+within a budget, typed errors naming actor, env and exit code, no hangs, Ctrl-C stops
+everything, exact resume. Tests parametrized by ``mode`` run on both trainers; the others are
+the synchronous mode's (test_async.py has the asynchronous mode's own).
+tests/conftest.py fails any test that leaves a process."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from batchenv.algorithms.impala.sync import SyncTrainer
 from batchenv.errors import RemoteTraceback, WorkerDiedError
 from batchenv.run_dir import RunDirectory
 from tests.algorithms.impala.impala_envs import CountingEnv, FaultAfterEnv, ImageEnv
+from tests.algorithms.impala.trainer_helpers import TRAINERS, check_accounting, small_config
 
 # Actors start from a fork server and use multiprocessing's resource tracker, both living as
 # long as this interpreter: start them now so the leftover-process check does not count them.
@@ -34,25 +37,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _config(**changes) -> ImpalaConfig:
-    values = dict(
-        env="CountingEnv",
-        num_actors=2,
-        envs_per_actor=2,
-        unroll_length=5,
-        batch_size=2,
-        total_steps=400,
-        log_interval=0.2,
-        start_timeout=60.0,
-    )
-    values.update(changes)
-    return ImpalaConfig(**values)
-
-
-def _check_accounting(result) -> None:
-    ids = result.consumed_ids
-    assert len(ids) == len(set(ids)) == result.consumed_unrolls  # none consumed twice
-    assert result.produced_unrolls == result.consumed_unrolls + result.leftover_unrolls
-    assert result.consumed_unrolls == result.learner_steps * 2
+    return small_config("sync", **changes)
 
 
 def test_every_unroll_is_consumed_once() -> None:
@@ -60,7 +45,7 @@ def test_every_unroll_is_consumed_once() -> None:
         _config(), env=functools.partial(CountingEnv, 10), record_unrolls=True
     ).train()
     assert result.steps == 400 and result.learner_steps == 40
-    _check_accounting(result)
+    check_accounting(result)
     assert result.actor_restarts == 0 and result.abandoned_unrolls == 0
     # Every finished episode of CountingEnv(10) lasted 10 steps: 2 per 10 batches of 2 x 5.
     assert result.episodes > 0
@@ -72,7 +57,7 @@ def test_actors_can_step_their_envs_in_a_batchenv_worker_group() -> None:
         config, env=functools.partial(CountingEnv, 10), record_unrolls=True
     ).train()
     assert result.steps == 100 and result.actor_restarts == 0
-    _check_accounting(result)
+    check_accounting(result)
 
 
 @pytest.mark.parametrize(
@@ -81,26 +66,35 @@ def test_actors_can_step_their_envs_in_a_batchenv_worker_group() -> None:
      (functools.partial(ImageEnv, 10), {})],
     ids=["mlp-lstm", "atari-net-uint8"],
 )  # fmt: skip
-def test_lstm_and_image_agents_train(env, changes: dict) -> None:
-    result = SyncTrainer(_config(total_steps=100, **changes), env=env, record_unrolls=True).train()
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_lstm_and_image_agents_train(mode: str, env, changes: dict) -> None:
+    config = small_config(mode, total_steps=100, **changes)
+    result = TRAINERS[mode](config, env=env, record_unrolls=True).train()
     assert result.steps == 100 and result.learner_steps == 10
-    _check_accounting(result)
+    check_accounting(result)
 
 
-def test_actor_killing_itself_is_restarted(tmp_path: Path, caplog) -> None:
+# What the restart warning says: an actor process exited (sync), or an actor's env worker did.
+_DEATH_LOG = {"sync": "exit code -9", "async": "lost its envs: worker 0"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_actor_killing_itself_is_restarted(mode: str, tmp_path: Path, caplog) -> None:
     env = functools.partial(FaultAfterEnv, "kill", at_step=7, marker=str(tmp_path / "fired"))
     with caplog.at_level("WARNING"):
-        result = SyncTrainer(_config(), env=env, record_unrolls=True).train()
+        result = TRAINERS[mode](small_config(mode), env=env, record_unrolls=True).train()
     assert result.actor_restarts == 1
     assert result.abandoned_unrolls == 2  # the unroll of both its envs in progress
     assert result.steps == 400
-    _check_accounting(result)
+    check_accounting(result)
     assert {incarnation for _, incarnation, _ in result.consumed_ids} == {0, 1}
-    assert "exit code -9" in caplog.text and "restarting it (restart 1 of 3)" in caplog.text
+    assert _DEATH_LOG[mode] in caplog.text and "restarting it (restart 1 of 3)" in caplog.text
 
 
-def test_sigkill_from_outside_is_detected_within_a_second() -> None:
-    trainer = SyncTrainer(_config(total_steps=10**9), env=functools.partial(CountingEnv, 10))
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sigkill_from_outside_is_detected_within_a_second(mode: str) -> None:
+    config = small_config(mode, total_steps=10**9)
+    trainer = TRAINERS[mode](config, env=functools.partial(CountingEnv, 10))
     outcome: dict = {}
 
     def run() -> None:
@@ -116,18 +110,18 @@ def test_sigkill_from_outside_is_detected_within_a_second() -> None:
         while trainer.step < 100 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert trainer.step >= 100, "training did not start"
-        victim = trainer.pool.actors[1].process.pid
+        victim = trainer.actor_pids(1)[0]
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        while trainer.pool.restarts == 0 and time.monotonic() - killed < 5:
+        while trainer.counts()["restarts"] == 0 and time.monotonic() - killed < 5:
             time.sleep(0.01)
-        assert trainer.pool.restarts == 1
+        assert trainer.counts()["restarts"] == 1
         assert time.monotonic() - killed < 1.0
-        assert victim not in trainer.pool.pids()
         steps = trainer.step
         while trainer.step < steps + 200 and time.monotonic() - killed < 60:
             time.sleep(0.05)
         assert trainer.step >= steps + 200  # training goes on with the replacement
+        assert trainer.actor_pids(1) and victim not in trainer.actor_pids(1)
     finally:
         trainer.stop()
         thread.join(30)
@@ -176,20 +170,25 @@ def test_hung_actor_is_killed_after_its_deadline() -> None:
     assert time.monotonic() - started < 60
 
 
-def test_checkpoint_resume_is_exact(tmp_path: Path) -> None:
-    config = _config(total_steps=200)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_checkpoint_resume_is_exact(mode: str, tmp_path: Path) -> None:
+    config = small_config(mode, total_steps=200)
     with RunDirectory(tmp_path / "run", "impala", config, seed=0, env_id="CountingEnv") as run:
-        first = SyncTrainer(config, env=functools.partial(CountingEnv, 10), run_dir=run)
+        first = TRAINERS[mode](config, env=functools.partial(CountingEnv, 10), run_dir=run)
         result = first.train()
         checkpoint = run.load_checkpoint()
     assert result.steps == checkpoint["step"] == 200 and checkpoint["learner_steps"] == 20
+    assert checkpoint["config"]["mode"] == mode
     assert (tmp_path / "run" / "curve.png").exists()
 
     longer = config.replace(total_steps=400)
-    resumed = SyncTrainer(longer, env=functools.partial(CountingEnv, 10), checkpoint=checkpoint)
+    resumed = TRAINERS[mode](longer, env=functools.partial(CountingEnv, 10), checkpoint=checkpoint)
     state = resumed.state_dict()
+    acting = resumed.actor_model if mode == "sync" else resumed.acting_model
     for key, tensor in checkpoint["model"].items():
         torch.testing.assert_close(state["model"][key], tensor, rtol=0, atol=0)
+        # The actors act with the restored weights from their first step.
+        torch.testing.assert_close(acting.state_dict()[key], tensor, rtol=0, atol=0)
     assert state["optimizer"]["state"].keys() == checkpoint["optimizer"]["state"].keys()
     for index, values in checkpoint["optimizer"]["state"].items():
         torch.testing.assert_close(
@@ -206,7 +205,8 @@ SIGINT_SCRIPT = textwrap.dedent(
     """
     import sys
     from batchenv.cli import main
-    sys.exit(main(["train", "impala", "--env", "CartPole-v1", "--num-actors", "2",
+    sys.exit(main(["train", "impala", "--mode", sys.argv[2], "--env", "CartPole-v1",
+                   "--num-actors", "2",
                    "--envs-per-actor", "2", "--unroll-length", "10", "--batch-size", "2",
                    "--steps", "100000000", "--log-interval", "0.2", "--no-progress",
                    "--logdir", sys.argv[1]]))
@@ -219,11 +219,12 @@ def _shared_memory_entries() -> set[str]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_everything_within_seconds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_ctrl_c_stops_everything_within_seconds(mode: str, tmp_path: Path) -> None:
     shm_before = _shared_memory_entries()
     logdir = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-c", SIGINT_SCRIPT, str(logdir)],
+        [sys.executable, "-c", SIGINT_SCRIPT, str(logdir), mode],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -237,7 +238,8 @@ def test_ctrl_c_stops_everything_within_seconds(tmp_path: Path) -> None:
                 break
             time.sleep(0.1)
         assert process.poll() is None, process.communicate()
-        # Children: the fork server and the resource tracker; grandchildren: the actors.
+        # Children: the fork server and the resource tracker; grandchildren: the actor
+        # processes (sync) or the actors' env workers (async, one per actor).
         descendants = psutil.Process(process.pid).children(recursive=True)
         actors = [child for child in descendants if child.ppid() != process.pid]
         assert len(actors) == 2
