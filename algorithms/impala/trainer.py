@@ -330,6 +330,8 @@ class Trainer:
                 self._watch(0.1)
                 if self._errors:
                     raise self._errors[0]
+                if self._stop.is_set():
+                    break  # stop(): the finally clause wakes and joins everything
                 now = time.monotonic()
                 if bar is not None and self.step > bar.n:
                     bar.update(self.step - bar.n)

@@ -261,3 +261,28 @@ def test_ctrl_c_stops_everything_within_seconds(mode: str, tmp_path: Path) -> No
     assert "interrupted; checkpoint saved" in stderr
     assert (logdir / "checkpoint.pt").exists()
     assert _shared_memory_entries() - shm_before == set()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_stop_from_another_thread_ends_training_promptly(mode: str) -> None:
+    # Learner threads may be waiting for a batch that no actor will deliver any more.
+    config = small_config(mode, total_steps=10**9, batch_size=4)
+    trainer = TRAINERS[mode](config, env=functools.partial(CountingEnv, 10), record_unrolls=True)
+    outcome: dict = {}
+
+    def run() -> None:
+        outcome["result"] = trainer.train()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while trainer.step < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stopped = time.monotonic()
+    trainer.stop()
+    thread.join(30)
+    assert not thread.is_alive(), "train() did not return after stop()"
+    assert time.monotonic() - stopped < 5.0
+    result = outcome["result"]
+    assert result.steps >= 200 and not result.interrupted
+    check_accounting(result, batch_size=4)
