@@ -57,7 +57,7 @@ def run(name: str, mode: str, num_envs: int, args: argparse.Namespace) -> dict:
         mode=mode,
         num_actors=args.num_actors,
         envs_per_actor=num_envs // args.num_actors,
-        env_workers=1 if mode == "async" else 0,
+        env_workers=args.async_env_workers if mode == "async" else 0,
         unroll_length=80,
         batch_size=8,
         num_learner_threads=2,
@@ -234,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="learning-rate decay horizon (default 6M CartPole, 2M Pong)",
+    )
+    parser.add_argument(
+        "--async-env-workers",
+        type=int,
+        default=1,
+        help="env worker processes per async actor",
     )
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
