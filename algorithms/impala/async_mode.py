@@ -290,7 +290,7 @@ class AsyncTrainer(Trainer):
         episode_return = np.zeros(num, np.float32)
         episode_step = np.zeros(num, np.int32)
         last_action = np.zeros(num, np.int64)
-        core = [state.numpy() for state in self.model.initial_state(num)]
+        core = [state.cpu().numpy() for state in self.model.initial_state(num)]
         agent = {key: unroll[key][:, 0][None] for key in _AGENT_KEYS}  # zeros before step 0
         sequence = 0
         while not self._stop.is_set():
