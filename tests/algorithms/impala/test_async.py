@@ -168,8 +168,7 @@ def test_an_actor_told_its_batch_failed_reports_it() -> None:
     assert _threads_left() == []
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_unavailable_device_is_refused() -> None:
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is available here")
     with pytest.raises(ValueError, match="device='cuda' but CUDA is not available"):
         AsyncTrainer(_config(device="cuda"), env=functools.partial(CountingEnv, 10))
