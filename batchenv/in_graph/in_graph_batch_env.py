@@ -133,7 +133,7 @@ class InGraphBatchEnv:
             self._check_shape("reset", "observ", observ, indices.shape[0], self.observ_shape)
             observ = observ.to(device=self.device, dtype=self.observ_dtype)
             if self.check_finite:
-                torch.ops.batchenv.check_finite(self.clock, [observ], "reset observation", indices)
+                _check_finite(self.clock, [observ], "reset observation", indices)
         self.observ = self.observ.index_put((indices,), observ)
         self.reward = self.reward.index_fill(0, indices, 0.0)
         self.done = self.done.index_fill(0, indices, False)
@@ -176,7 +176,7 @@ class InGraphBatchEnv:
             truncated = truncated.to(device=self.device, dtype=torch.bool)
             if self.check_finite:
                 rows = torch.arange(self.num_envs, device=self.device)
-                torch.ops.batchenv.check_finite(
+                _check_finite(
                     self.clock, [action, observ, reward], "action,observation,reward", rows
                 )
         self.action = action
@@ -346,24 +346,52 @@ def _(clock: torch.Tensor, handle: int, action: torch.Tensor):
     )
 
 
-@torch.library.custom_op("batchenv::check_finite", mutates_args=("clock",))
 def _check_finite(
     clock: torch.Tensor, tensors: list[torch.Tensor], names: str, rows: torch.Tensor
 ) -> None:
-    """Raise ValueError naming ``rows[i]`` for each non-finite row ``i`` of the tensors."""
+    """Raise ValueError naming ``rows[i]`` for each row ``i`` of the tensors that is not finite.
+
+    ``names`` are comma-separated, one per tensor; integer tensors are skipped. The count of
+    non-finite elements is plain tensor code (under torch.compile it fuses into the kernel
+    that made the tensors); only reading it back is an op of its own.
+    """
+    checked = [
+        (name, tensor)
+        for name, tensor in zip(names.split(","), tensors)
+        if tensor.dtype.is_floating_point
+    ]
+    if not checked:
+        return
+    count = sum((~torch.isfinite(tensor)).sum() for _, tensor in checked)
+    floats = [tensor for _, tensor in checked]
+    names = ",".join(name for name, _ in checked)
+    torch.ops.batchenv.raise_if_nonfinite(clock, count, floats, names, rows)
+
+
+@torch.library.custom_op("batchenv::raise_if_nonfinite", mutates_args=("clock",))
+def _raise_if_nonfinite(
+    clock: torch.Tensor,
+    count: torch.Tensor,
+    tensors: list[torch.Tensor],
+    names: str,
+    rows: torch.Tensor,
+) -> None:
+    """When ``count`` (non-finite elements) is not 0, raise ValueError naming the bad rows."""
     clock += 1
+    if not int(count):
+        return
     for name, tensor in zip(names.split(","), tensors):
-        if not tensor.dtype.is_floating_point:
-            continue
-        # Fast path: a finite sum (one vectorised reduction) means every element is finite
-        # (NaN and inf propagate). A sum that overflows only sends us to the exact check.
-        if bool(torch.isfinite(tensor.sum(dtype=torch.float64))):
-            continue
         bad = ~torch.isfinite(tensor.reshape(tensor.shape[0], -1)).all(dim=1)
         if bool(bad.any()):
             _raise_nonfinite(name, rows[bad].tolist())
 
 
-@_check_finite.register_fake
-def _(clock: torch.Tensor, tensors: list[torch.Tensor], names: str, rows: torch.Tensor) -> None:
+@_raise_if_nonfinite.register_fake
+def _(
+    clock: torch.Tensor,
+    count: torch.Tensor,
+    tensors: list[torch.Tensor],
+    names: str,
+    rows: torch.Tensor,
+) -> None:
     return None

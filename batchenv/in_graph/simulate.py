@@ -90,7 +90,9 @@ def simulate(
     batch = in_graph_batch_env(env)
 
     # 1-2. Reset finished rows (all rows when forced).
-    reset_mask = batch.done | reset
+    # A literal False (the common call) adds no elementwise op: bool stores are slow in
+    # compiled CPU code (a masked vector store per 8 rows).
+    reset_mask = batch.done if reset is False else batch.done | reset
     rows = torch.nonzero(reset_mask).squeeze(-1)  # graph break: data-dependent size
     begun = None
     if rows.shape[0] > 0:

@@ -9,7 +9,7 @@ import torch
 
 import batchenv
 from batchenv.in_graph.env import InGraphEnv
-from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
+from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv, _check_finite
 from batchenv.in_graph.simulate import simulate
 from tests.in_graph.fixed_length_envs import (
     FixedLengthEnv,
@@ -93,6 +93,21 @@ def test_unsupported_envs_and_spaces_are_refused():
         InGraphBatchEnv(env)
 
 
+def test_finite_check_counts_in_tensor_code_and_names_the_rows():
+    """Huge but finite values pass (no overflowing sum); integer tensors are not checked."""
+    clock, rows = torch.zeros((), dtype=torch.int64), torch.tensor([10, 11, 12, 13])
+    huge = torch.full((4, 3), 3e38)
+    ints = torch.full((4,), 2**62)
+    _check_finite(clock, [ints, huge], "action,observation", rows)
+    assert int(clock) == 1
+    huge[2, 0] = float("nan")
+    huge[3, 1] = -float("inf")
+    with pytest.raises(ValueError, match=r"non-finite observation in rows \[12, 13\]"):
+        _check_finite(clock, [ints, huge], "action,observation", rows)
+    _check_finite(clock, [ints], "action", rows)  # nothing to check: no op call
+    assert int(clock) == 2
+
+
 def test_batch_env_ops_pass_opcheck():
     env = make_env("batch_env", (5, 5, 5), "box")
     checks = ("test_schema", "test_autograd_registration", "test_faketensor")
@@ -101,8 +116,8 @@ def test_batch_env_ops_pass_opcheck():
     env.reset(torch.arange(3))
     step_args = (env.clock, env.handle, torch.zeros(3, 2))
     torch.library.opcheck(torch.ops.batchenv.batch_env_step.default, step_args, test_utils=checks)
-    check_args = (env.clock, [torch.zeros(3, 2)], "x", torch.arange(3))
-    torch.library.opcheck(torch.ops.batchenv.check_finite.default, check_args)
+    check_args = (env.clock, torch.tensor(0), [torch.zeros(3, 2)], "x", torch.arange(3))
+    torch.library.opcheck(torch.ops.batchenv.raise_if_nonfinite.default, check_args)
 
 
 @pytest.mark.parametrize("impl", ["in-graph", "batch_env"])
