@@ -232,6 +232,17 @@ def uniform4(key_lo, key_hi, rows, counts, stream: tl.constexpr):
     )
 
 
+@triton.jit(do_not_specialize=["key_lo", "key_hi"])
+def fresh_starts(reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid):
+    """The rows of the reset mask and four ``U[0, 1)`` blocks for their fresh states; counts
+    the fresh start in the rows' restart counters (their next draw differs)."""
+    fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
+    count = tl.load(restarts_ptr + rows, mask=valid, other=0)
+    u0, u1, u2, u3 = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+    tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
+    return fresh, u0, u1, u2, u3
+
+
 @triton.jit
 def add_combine(a, b):
     """Combine function for sums and prefix sums (``tl.reduce`` / ``tl.associative_scan``)."""

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, tl, triton, uniform4
+from ._triton import fresh_starts, tl, triton
 
 DT = 0.2
 LINK_LENGTH_1 = 1.0
@@ -223,16 +223,15 @@ def _step_kernel(
         reward = tl.where(terminated, 0.0, -1.0)
         elapsed = elapsed + 1
     if RESET:
-        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
-        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
-        u0, u1, u2, u3 = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        fresh, u0, u1, u2, u3 = fresh_starts(
+            reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid
+        )
         # every column starts in U(-0.1, 0.1)
         theta1 = tl.where(fresh, (u0 * 0.2 - 0.1).to(theta1.dtype), theta1)
         theta2 = tl.where(fresh, (u1 * 0.2 - 0.1).to(theta1.dtype), theta2)
         dtheta1 = tl.where(fresh, (u2 * 0.2 - 0.1).to(theta1.dtype), dtheta1)
         dtheta2 = tl.where(fresh, (u3 * 0.2 - 0.1).to(theta1.dtype), dtheta2)
         elapsed = tl.where(fresh, 0, elapsed)
-        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
         if STEP:
             terminated = terminated & ~fresh
             reward = tl.where(fresh, 0.0, reward)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, tl, triton, uniform4
+from ._triton import fresh_starts, tl, triton
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -158,15 +158,14 @@ def _step_kernel(
         reward = tl.where(already_terminated, 0.0, 1.0)
         elapsed = elapsed + 1
     if RESET:
-        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
-        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
-        u0, u1, u2, u3 = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        fresh, u0, u1, u2, u3 = fresh_starts(
+            reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid
+        )
         x = tl.where(fresh, (u0 * _INIT_SPAN + _INIT_LOW).to(x.dtype), x)
         x_dot = tl.where(fresh, (u1 * _INIT_SPAN + _INIT_LOW).to(x.dtype), x_dot)
         theta = tl.where(fresh, (u2 * _INIT_SPAN + _INIT_LOW).to(x.dtype), theta)
         theta_dot = tl.where(fresh, (u3 * _INIT_SPAN + _INIT_LOW).to(x.dtype), theta_dot)
         elapsed = tl.where(fresh, 0, elapsed)
-        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
         if STEP:
             terminated = terminated & ~fresh
             reward = tl.where(fresh, 0.0, reward)

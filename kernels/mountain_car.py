@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, tl, triton, uniform4
+from ._triton import fresh_starts, tl, triton
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -118,13 +118,10 @@ def _step_kernel(
         reward = tl.where(terminated, 100.0, 0.0) - a * a * 0.1
         elapsed = elapsed + 1
     if RESET:
-        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
-        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
-        u0, _, _, _ = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        fresh, u0, _, _, _ = fresh_starts(reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid)
         position = tl.where(fresh, (u0 * 0.2 - 0.6).to(position.dtype), position)  # U(-.6, -.4)
         velocity = tl.where(fresh, 0.0, velocity)
         elapsed = tl.where(fresh, 0, elapsed)
-        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
         if STEP:
             terminated = terminated & ~fresh
             reward = tl.where(fresh, 0.0, reward)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import STREAM_RESET, tl, triton, uniform4
+from ._triton import fresh_starts, tl, triton
 
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
@@ -126,13 +126,12 @@ def _step_kernel(
         reward = -costs
         elapsed = elapsed + 1
     if RESET:
-        fresh = tl.load(reset_mask_ptr + rows, mask=valid, other=0) != 0
-        count = tl.load(restarts_ptr + rows, mask=valid, other=0)
-        u0, u1, _, _ = uniform4(key_lo, key_hi, rows, count, STREAM_RESET)
+        fresh, u0, u1, _, _ = fresh_starts(
+            reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid
+        )
         th = tl.where(fresh, (u0 * _TWO_PI - _PI).to(th.dtype), th)  # U(-pi, pi)
         thdot = tl.where(fresh, (u1 * 2.0 - 1.0).to(th.dtype), thdot)  # U(-1, 1)
         elapsed = tl.where(fresh, 0, elapsed)
-        tl.store(restarts_ptr + rows, count + 1, mask=valid & fresh)
         if STEP:
             reward = tl.where(fresh, 0.0, reward)
     tl.store(state_ptr + rows * 2 + 0, th, mask=valid)
