@@ -41,6 +41,7 @@ import torch
 from batchenv.in_graph.counter_rng import counter_uniform, make_key
 
 from . import _triton
+from ._checks import check_indices, check_reset_mask
 
 _BACKENDS = ("torch", "triton")
 _DTYPES = (torch.float32, torch.float64)
@@ -123,7 +124,7 @@ class ClassicControlEnv:
         Other rows are untouched. Initial states come from the env's seeded generator (torch
         backend) or from Philox in the kernel (triton backend), fresh for every reset.
         """
-        indices = self._check_indices(indices, "reset")
+        indices = check_indices(self, indices, "reset")
         if self.backend == "triton":
             mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
             observ = self._launch(None, mask.index_fill_(0, indices, True))[0]
@@ -152,7 +153,7 @@ class ClassicControlEnv:
         self._check_action(action)
         action = action.to(self.device)
         if reset_mask is not None:
-            reset_mask = self._check_reset_mask(reset_mask)
+            reset_mask = check_reset_mask(self, reset_mask)
         if self.backend == "triton":
             return self._launch(action, reset_mask)
         state, reward, terminated = self._dynamics(self.state, action)
@@ -205,7 +206,7 @@ class ClassicControlEnv:
         if indices is None:
             indices = torch.arange(self.num_envs, device=self.device)
         else:
-            indices = self._check_indices(indices, "set_state")
+            indices = check_indices(self, indices, "set_state")
         k = indices.shape[0]
         if "state" in state:
             rows = torch.as_tensor(state["state"]).to(self.device, self.dtype)
@@ -263,23 +264,6 @@ class ClassicControlEnv:
             max_episode_steps=self.max_episode_steps,
         )
 
-    def _check_reset_mask(self, reset_mask: torch.Tensor) -> torch.Tensor:
-        if (
-            not isinstance(reset_mask, torch.Tensor)
-            or reset_mask.dtype != torch.bool
-            or tuple(reset_mask.shape) != (self.num_envs,)
-        ):
-            got = (
-                f"{reset_mask.dtype} {tuple(reset_mask.shape)}"
-                if isinstance(reset_mask, torch.Tensor)
-                else type(reset_mask).__name__
-            )
-            raise ValueError(
-                f"{type(self).__name__}.step: reset_mask must be a bool tensor of shape "
-                f"({self.num_envs},), got {got}"
-            )
-        return reset_mask.to(self.device).contiguous()
-
     def _sample_initial(self, rows: torch.Tensor) -> torch.Tensor:
         """Fresh initial states for ``rows`` (int64 [K]) at their current restart counts.
 
@@ -289,22 +273,6 @@ class ClassicControlEnv:
         """
         u = counter_uniform(self._key, rows, self._restarts[rows], self.state_dim)
         return (self._init_low + (self._init_high - self._init_low) * u).to(self.dtype)
-
-    def _check_indices(self, indices: torch.Tensor, method: str) -> torch.Tensor:
-        if (
-            not isinstance(indices, torch.Tensor)
-            or indices.dtype != torch.int64
-            or (indices.dim() != 1)
-        ):
-            got = (
-                f"{indices.dtype} {tuple(indices.shape)}"
-                if isinstance(indices, torch.Tensor)
-                else type(indices).__name__
-            )
-            raise ValueError(
-                f"{type(self).__name__}.{method}: indices must be a 1-D int64 tensor, got {got}"
-            )
-        return indices.to(self.device)
 
     def _check_action(self, action: torch.Tensor) -> None:
         # Shape and dtype only: static under torch.compile, no host sync.

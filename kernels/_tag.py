@@ -27,6 +27,7 @@ import torch
 from batchenv.in_graph.counter_rng import counter_uniform, make_key
 
 from . import _triton
+from ._checks import check_indices, check_reset_mask, describe
 
 BACKENDS = ("torch", "triton")
 
@@ -143,7 +144,7 @@ class TagEnvBase:
     def reset(self, indices: torch.Tensor) -> torch.Tensor:
         """Start new episodes in envs ``indices`` (int64 ``[K]``); return their observ
         ``[K, num_agents, obs_dim]``. Other envs are untouched."""
-        indices = self._check_indices(indices, "reset")
+        indices = check_indices(self, indices, "reset")
         if self.backend == "triton":
             mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
             observ = self._launch(None, mask.index_fill_(0, indices, True))[0]
@@ -168,7 +169,7 @@ class TagEnvBase:
         self._check_action(action)
         action = action.to(self.device)
         if reset_mask is not None:
-            reset_mask = self._check_reset_mask(reset_mask)
+            reset_mask = check_reset_mask(self, reset_mask)
         if self.backend == "triton":
             return self._launch(action, reset_mask)
         state, reward, terminated = self._torch_step(self.state, self.elapsed, action)
@@ -205,7 +206,7 @@ class TagEnvBase:
         if indices is None:
             indices = torch.arange(self.num_envs, device=self.device)
         else:
-            indices = self._check_indices(indices, "set_state")
+            indices = check_indices(self, indices, "set_state")
         k = indices.shape[0]
         if "state" in state:
             rows = torch.as_tensor(state["state"]).to(self.device)
@@ -227,39 +228,6 @@ class TagEnvBase:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def _check_indices(self, indices: torch.Tensor, method: str) -> torch.Tensor:
-        if (
-            not isinstance(indices, torch.Tensor)
-            or indices.dtype != torch.int64
-            or indices.dim() != 1
-        ):
-            got = (
-                f"{indices.dtype} {tuple(indices.shape)}"
-                if isinstance(indices, torch.Tensor)
-                else type(indices).__name__
-            )
-            raise ValueError(
-                f"{type(self).__name__}.{method}: indices must be a 1-D int64 tensor, got {got}"
-            )
-        return indices.to(self.device)
-
-    def _check_reset_mask(self, reset_mask: torch.Tensor) -> torch.Tensor:
-        if (
-            not isinstance(reset_mask, torch.Tensor)
-            or reset_mask.dtype != torch.bool
-            or tuple(reset_mask.shape) != (self.num_envs,)
-        ):
-            got = (
-                f"{reset_mask.dtype} {tuple(reset_mask.shape)}"
-                if isinstance(reset_mask, torch.Tensor)
-                else type(reset_mask).__name__
-            )
-            raise ValueError(
-                f"{type(self).__name__}.step: reset_mask must be a bool tensor of shape "
-                f"({self.num_envs},), got {got}"
-            )
-        return reset_mask.to(self.device).contiguous()
-
     def _check_action(self, action: torch.Tensor) -> None:
         # Shape and dtype only: static under torch.compile, no host sync.
         expected = (self.num_envs, self.num_agents, *self.single_action_space.shape)
@@ -269,14 +237,10 @@ class TagEnvBase:
             or action.dtype.is_floating_point
             or action.dtype == torch.bool
         ):
-            got = (
-                f"{action.dtype} {tuple(action.shape)}"
-                if isinstance(action, torch.Tensor)
-                else type(action).__name__
-            )
             raise ValueError(
                 f"{type(self).__name__}.step: action must be an integer tensor of shape "
-                f"{expected} (envs, agents{', 2' if len(expected) == 3 else ''}), got {got}"
+                f"{expected} (envs, agents{', 2' if len(expected) == 3 else ''}), "
+                f"got {describe(action)}"
             )
 
     # -- hooks -----------------------------------------------------------------------------
