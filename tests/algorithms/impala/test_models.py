@@ -139,6 +139,24 @@ def test_uint8_frames_are_scaled(kind: str) -> None:
     torch.testing.assert_close(a["policy_logits"], b["policy_logits"])
 
 
+@pytest.mark.parametrize("kind", ["atari", "resnet"])
+def test_conv_nets_run_channels_last_with_the_same_outputs_and_gradients(kind: str) -> None:
+    """Conv weights are NHWC (faster convolutions); a contiguous-format copy agrees."""
+    agent = make_agent(kind, use_lstm=False)
+    convs = [m for m in agent.modules() if isinstance(m, nn.Conv2d)]
+    assert convs and all(m.weight.is_contiguous(memory_format=torch.channels_last) for m in convs)
+    reference = make_agent(kind, use_lstm=False)
+    reference.load_state_dict(agent.state_dict())
+    reference.to(memory_format=torch.contiguous_format)
+    assert not convs[0].weight.is_contiguous()
+    inputs = make_inputs(kind, T=2, B=3, uint8=True)
+    outputs = [net.eval()(inputs)[0]["baseline"] for net in (agent, reference)]
+    torch.testing.assert_close(outputs[0], outputs[1])
+    for out in outputs:
+        out.sum().backward()
+    torch.testing.assert_close(convs[0].weight.grad, reference.torso[0][0].weight.grad)
+
+
 def test_reward_is_clipped() -> None:
     agent = make_agent("mlp", use_lstm=False).eval()
     inputs = make_inputs("mlp", T=2, B=2)
