@@ -644,7 +644,8 @@ def test_failing_call_breaks_the_batch(kind, batches, wait_gone):
 def _build_script(kind: str, constructor: str) -> str:
     """A script that builds a batch of ``kind`` and prints its workers' pids."""
     return f"""
-import functools, sys, time
+import faulthandler, functools, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # _communicate's stack dump on a hang
 sys.path.insert(0, {ROOT!r})
 import numpy as np
 import batchenv
@@ -669,6 +670,22 @@ def _start_script(code: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+
+
+def _communicate(proc: subprocess.Popen, timeout: float) -> str:
+    """The script's stderr once it has exited; past ``timeout``, fail with its thread stacks
+    and its process tree (what it hung on)."""
+    try:
+        return proc.communicate(timeout=timeout)[1].decode()
+    except subprocess.TimeoutExpired:
+        tree = [f"{p.pid} {p.name()} {p.status()}" for p in psutil.Process(proc.pid).children(True)]
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        proc.kill()
+        stderr = proc.communicate(timeout=10)[1].decode()
+        raise AssertionError(
+            f"the script did not exit within {timeout} s; children {tree}; stderr:\n{stderr}"
+        ) from None
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -714,8 +731,7 @@ def test_ctrl_c_in_the_parent_prints_one_traceback_and_ends_every_worker(kind, w
         pids |= _descendants(proc.pid)
         time.sleep(0.3)  # let the step block
         os.killpg(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=10)
-        stderr = stderr.decode()
+        stderr = _communicate(proc, 10)
         assert proc.returncode in (1, -signal.SIGINT), stderr
         assert stderr.count("Traceback (most recent call last)") == 1, stderr
         assert [line for line in stderr.splitlines() if "KeyboardInterrupt" in line] == [
