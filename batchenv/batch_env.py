@@ -355,11 +355,9 @@ def _infos_for(rows: np.ndarray, raw: dict) -> tuple:
     """One info per row: the env's dict, or a shared read-only empty mapping."""
     infos = [EMPTY_INFO] * len(rows)
     if raw:
-        position = {int(r): i for i, r in enumerate(rows)} if len(raw) < len(rows) else None
+        position = {row: i for i, row in enumerate(rows.tolist())}
         for row, info in raw.items():
-            index = (
-                position.get(row) if position is not None else int(np.flatnonzero(rows == row)[0])
-            )
+            index = position.get(row)
             if index is not None:
                 infos[index] = info
     return tuple(infos)

@@ -480,3 +480,15 @@ def test_reset_ahead_false_leaves_finished_envs_alone(batches):
     assert env.get_attr("t") == (1, 1)  # still at the end of its episode: inspectable
     observ, *_ = env.step(plain_actions(0.0, 2))  # no reset demanded
     np.testing.assert_array_equal(observ[:, 1], 2)
+
+
+@pytest.mark.parametrize(
+    "rows", [[0, 1, 2, 3], [3, 0, 2, 1], [2, 0]], ids=["all", "shuffled", "some"]
+)
+def test_infos_line_up_with_the_rows_asked_for(rows):
+    """Worker replies map env index -> info; the tuple follows the order of ``rows``."""
+    from batchenv.batch_env import EMPTY_INFO, _infos_for
+
+    raw = {row: {"env": row} for row in rows if row != 0}  # env 0 returned no info
+    infos = _infos_for(np.array(rows), raw)
+    assert infos == tuple(EMPTY_INFO if row == 0 else {"env": row} for row in rows)
