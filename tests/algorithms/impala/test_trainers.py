@@ -27,7 +27,12 @@ from batchenv.algorithms.impala.sync import SyncTrainer
 from batchenv.errors import RemoteTraceback, WorkerDiedError
 from batchenv.run_dir import RunDirectory
 from tests.algorithms.impala.impala_envs import CountingEnv, FaultAfterEnv, ImageEnv
-from tests.algorithms.impala.trainer_helpers import TRAINERS, check_accounting, small_config
+from tests.algorithms.impala.trainer_helpers import (
+    TRAINERS,
+    check_accounting,
+    small_config,
+    trainer_threads_left,
+)
 
 # Actors start from a fork server and use multiprocessing's resource tracker, both living as
 # long as this interpreter: start them now so the leftover-process check does not count them.
@@ -146,17 +151,33 @@ def test_restart_budget_exceeded_raises_actor_died_error() -> None:
     assert time.monotonic() - started < 60
 
 
-def test_killed_actor_past_budget_reports_signal() -> None:
+# What each mode says when an actor's envs die or hang past the restart budget: a sync actor
+# is a process that steps its envs; an async actor is a thread whose envs live in a worker.
+KILLED_MESSAGES = {
+    "sync": r"actor 0 .* exited with exit code -9",
+    "async": r"actor 0 .* lost its envs: .* died during step .*killed by signal 9",
+}
+HUNG_MESSAGES = {
+    "sync": "actor 0 .* delivered no unroll for 1 s and was killed",
+    "async": "actor 0 .* lost its envs",
+}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_killed_actor_past_budget_reports_signal(mode: str) -> None:
     env = functools.partial(FaultAfterEnv, "kill", at_step=3)
-    with pytest.raises(ActorDiedError, match=r"actor 0 .* exited with exit code -9") as caught:
-        SyncTrainer(_config(max_actor_restarts=0, num_actors=1, batch_size=1), env=env).train()
+    config = small_config(mode, max_actor_restarts=0, num_actors=1, batch_size=1)
+    with pytest.raises(ActorDiedError, match=KILLED_MESSAGES[mode]) as caught:
+        TRAINERS[mode](config, env=env).train()
     assert caught.value.exitcode == -signal.SIGKILL
 
 
-def test_hung_actor_is_killed_after_its_deadline() -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_hung_actor_is_stopped_after_its_deadline(mode: str) -> None:
     # Hangs in its third unroll, after delivering two: actor_timeout (1 s) applies.
     env = functools.partial(FaultAfterEnv, "hang", at_step=12)
-    config = _config(
+    config = small_config(
+        mode,
         max_actor_restarts=0,
         num_actors=1,
         envs_per_actor=1,
@@ -165,9 +186,10 @@ def test_hung_actor_is_killed_after_its_deadline() -> None:
         total_steps=10**6,
     )
     started = time.monotonic()
-    with pytest.raises(ActorTimeoutError, match="delivered no unroll for 1 s and was killed"):
-        SyncTrainer(config, env=env).train()
+    with pytest.raises(ActorTimeoutError, match=HUNG_MESSAGES[mode]):
+        TRAINERS[mode](config, env=env).train()
     assert time.monotonic() - started < 60
+    assert trainer_threads_left() == []
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from batchenv.algorithms.impala.async_mode import AsyncTrainer
 from batchenv.algorithms.impala.config import ImpalaConfig
 from batchenv.algorithms.impala.sync import SyncTrainer
@@ -32,3 +34,9 @@ def check_accounting(result, batch_size: int = 2) -> None:
     assert len(ids) == len(set(ids)) == result.consumed_unrolls
     assert result.produced_unrolls == result.consumed_unrolls + result.leftover_unrolls
     assert result.consumed_unrolls == result.learner_steps * batch_size
+
+
+def trainer_threads_left() -> list[str]:
+    """Names of actor, inference and learner threads still running (none after train())."""
+    prefixes = ("actor-", "inference-", "learner-")
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]
