@@ -336,6 +336,39 @@ def test_torch_compile_step_has_no_graph_breaks():
     assert torch.equal(eager.get_state()["elapsed"], compiled.get_state()["elapsed"])
 
 
+@pytest.mark.parametrize("cls", ENVS)
+def test_state_is_updated_in_place(cls):
+    """step, reset, set_state and seed write into the env's tensors (a compiled step then
+    allocates no state and replays no attribute writes); values match a fresh copy's."""
+    env, twin = cls(5, seed=3), cls(5, seed=3)
+    state, elapsed = env.state, env.elapsed
+    rng = np.random.default_rng(0)
+    action = _actions(env, rng)[0]
+    env.step(action, reset_mask=torch.tensor([True, False, False, True, False]))
+    env.reset(torch.tensor([2]))
+    env.set_state({"elapsed": torch.tensor([9])}, torch.tensor([4]))
+    restarts = env._restarts
+    env.seed(11)
+    assert env.state is state and env.elapsed is elapsed and env._restarts is restarts
+    assert env.elapsed.tolist() == [0, 1, 0, 0, 9]
+    twin.step(action, reset_mask=torch.tensor([True, False, False, True, False]))
+    twin.reset(torch.tensor([2]))
+    assert torch.equal(env.state, twin.state)
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_env_built_or_reset_in_inference_mode_steps_outside_it(cls):
+    """In-place updates must not trip over inference tensors (evaluation under
+    torch.inference_mode(), then training outside it)."""
+    with torch.inference_mode():
+        env = cls(3, seed=0)
+        env.reset(torch.tensor([0, 2]))
+        env.step(_actions(env, np.random.default_rng(0))[0])
+    observ, reward, terminated, truncated = env.step(_actions(env, np.random.default_rng(1))[0])
+    assert not observ.is_inference() and not env.state.is_inference()
+    env.reset(torch.tensor([1]))
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name):
     module = importlib.import_module(f"batchenv.kernels.{name}")
