@@ -18,9 +18,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from batchenv.kernels import Acrobot, CartPole, MountainCarContinuous, Pendulum
 
 from batchenv.in_graph.env import InGraphEnv
+from batchenv.kernels import Acrobot, CartPole, MountainCarContinuous, Pendulum
 
 ENVS = [
     pytest.param(CartPole, id="CartPole-v1"),
