@@ -16,9 +16,11 @@ launching process dies (PR_SET_PDEATHSIG), and checks while idle that the parent
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import pickle
+import select
 import signal
 import sys
 import time
@@ -212,12 +214,13 @@ class Worker:
 
     def serve(self) -> None:
         conn = self.conn
+        readable = Readable(conn)
         spin_after_step = False
         while True:
             if spin_after_step:  # the next step usually follows at once: skip the wake-up
                 spin_after_step = False
-                spin_wait(conn, self.spin)
-            if not conn.poll(IDLE_CHECK_SECONDS):
+                spin_wait(readable, self.spin)
+            if not readable(IDLE_CHECK_SECONDS):
                 if not _pid_alive(self.watch_pid):
                     raise EOFError("the parent process is gone")
                 continue
@@ -250,19 +253,37 @@ class Worker:
                 conn.send_bytes(_dump_ok(result, row))
 
 
-def spin_wait(conn: Connection, seconds: float) -> bool:
-    """Poll ``conn`` without sleeping for up to ``seconds``; True once a message is there.
+class Readable:
+    """``readable(timeout)``: wait up to ``timeout`` seconds (None: forever) until ``conn``
+    has a message (or was closed); True when it has.
+
+    One ``select.poll`` object serves the connection's whole life. ``Connection.poll()``
+    builds and registers a new selector on every call (~15 us on the 2-core VM), which
+    the step loop paid once per worker in the parent and once in each worker.
+    """
+
+    def __init__(self, conn: Connection):
+        self._poll = select.poll()
+        self._poll.register(conn.fileno(), select.POLLIN)
+
+    def __call__(self, timeout: float | None) -> bool:
+        ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
+        return bool(self._poll.poll(ms))
+
+
+def spin_wait(readable: Readable, seconds: float) -> bool:
+    """Poll without sleeping for up to ``seconds``; True once a message is there.
 
     Each miss yields the core (``sched_yield``), so the spin only uses a core that nobody
     else wants. It saves the wake-up from a blocking wait, which costs a cross-core
     interrupt: ~100 us on virtual machines, more than a CartPole step of 32 envs.
     """
-    if seconds <= 0.0 or conn.poll(0):
+    if seconds <= 0.0 or readable(0):
         return seconds > 0.0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         os.sched_yield()
-        if conn.poll(0):
+        if readable(0):
             return True
     return False
 

@@ -26,7 +26,7 @@ from typing import Any
 import cloudpickle
 
 from batchenv._launch import WorkerProcess, start_worker
-from batchenv._worker import spin_wait
+from batchenv._worker import Readable, spin_wait
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -122,6 +122,7 @@ class ExternalProcess:
         self._process: WorkerProcess = start_worker(start_method)
         self._finalizer = weakref.finalize(self, _reap, self._process)
         self._conn = self._process.conn
+        self._readable = Readable(self._conn)
         init = {
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
@@ -237,7 +238,7 @@ class ExternalProcess:
     def _receive(self, deadline: float | None, what: str, *, step: int | None = None):
         step = self.steps if step is None else step
         try:
-            ready = spin_wait(self._conn, self.spin) or self._conn.poll(_remaining(deadline))
+            ready = spin_wait(self._readable, self.spin) or self._readable(_remaining(deadline))
         except BaseException:  # KeyboardInterrupt while waiting: stop the worker, re-raise
             self.terminate()
             raise

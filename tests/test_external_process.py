@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import multiprocessing
 import os
 import signal
 import threading
@@ -17,6 +18,7 @@ import pytest
 
 from batchenv import ExternalProcess
 from batchenv._launch import fork_server_pid
+from batchenv._worker import Readable
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -306,3 +308,19 @@ def test_bad_constructors_are_refused_before_starting_a_process(constructor, err
 def test_unknown_start_method():
     with pytest.raises(ValueError, match="start_method"):
         ExternalProcess(fe.PlainEnv, start_method="fork")
+
+
+def test_readable_waits_for_a_message_or_a_closed_peer():
+    """The worker and the parent wait through one select.poll object per connection: it
+    times out without a message, and wakes for a message and for a peer that hung up."""
+    ours, theirs = multiprocessing.Pipe()
+    readable = Readable(ours)
+    begin = time.monotonic()
+    assert not readable(0.05)
+    assert 0.04 <= time.monotonic() - begin < 1.0
+    assert not readable(0)
+    theirs.send_bytes(b"G")
+    assert readable(None) and ours.recv_bytes() == b"G"
+    theirs.close()
+    assert readable(1.0)
+    ours.close()
