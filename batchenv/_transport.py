@@ -253,6 +253,11 @@ class SharedMemoryTransport:
         else:
             self._from_ahead = self.ready[rows] if reset_args is None else np.zeros(len(rows), bool)
             self._reset_rows = rows
+            if reset_args is None and self._from_ahead.all():
+                # Every row was reset ahead by its worker: nobody to wake. (The command
+                # array is rewritten by the next step before any worker reads it.)
+                self._waiting = []
+                return
             self.command[...] = IDLE
             self.command[rows[~self._from_ahead]] = RESET
         self.ready[self.command != IDLE] = False
@@ -317,6 +322,8 @@ class SharedMemoryTransport:
         from_ahead = self._from_ahead
         if not from_ahead.any():
             return [b[rows] for b in self.observ]
+        if from_ahead.all():
+            return [b[rows] for b in self.ahead]
         result = []
         for observ, ahead in zip(self.observ, self.ahead):
             part = observ[rows]

@@ -113,6 +113,9 @@ class BatchEnv:
 
     def reset_async(self, indices=None, seed=None, options=None) -> None:
         rows = self._rows(indices)
+        if seed is None and options is None:  # the common reset of finished rows
+            self._start("reset", rows, None, None)
+            return
         if seed is None or isinstance(seed, (int, np.integer)):
             seeds = [None if seed is None else int(seed) + int(r) for r in rows]
         else:
@@ -166,7 +169,7 @@ class BatchEnv:
         rows = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(rows) and (rows.min() < 0 or rows.max() >= self.num_envs):
             raise IndexError(f"reset indices {rows.tolist()} out of range for {self.num_envs} envs")
-        if len(np.unique(rows)) != len(rows):
+        if len(rows) > 1 and len(set(rows.tolist())) != len(rows):
             raise ValueError(f"reset indices must be unique, got {rows.tolist()}")
         return rows
 
