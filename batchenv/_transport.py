@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from batchenv import spaces as batch_spaces
-from batchenv._worker import GO, IDLE, RESET, STEP, STEP_AHEAD
+from batchenv._worker import GO, IDLE, RESET, STEP_ALL, STEP_ALL_AHEAD
 from batchenv.errors import EnvWorkerError, WorkerTimeoutError
 from batchenv.external_process import ExternalProcess, _remaining
 
@@ -220,7 +220,7 @@ class SharedMemoryTransport:
         # reset infos; reset(indices) of such rows without seed or options is free.
         self.ready = np.zeros(self.num_envs, bool)
         self.ready_infos: dict[int, dict] = {}
-        self._step_command = np.full(self.num_envs, STEP_AHEAD if reset_ahead else STEP, np.uint8)
+        self._step_message = STEP_ALL_AHEAD if reset_ahead else STEP_ALL
         self._kind = "step"
         self._from_ahead = np.zeros(0, bool)
         self.actions = [buffers[f"action{i}"] for i in range(n_act)]
@@ -246,10 +246,14 @@ class SharedMemoryTransport:
             for buffer, part in zip(self.actions, actions):
                 buffer[...] = part
         self._kind = kind
+        if kind == "step" and command is None:  # every row steps: no command array
+            self.ready[...] = False
+            for worker in self.workers:
+                worker.send(self._step_message, kind, step=step)
+            self._waiting = self.workers
+            return
         if command is not None:
             self.command[...] = command
-        elif kind == "step":
-            self.command[...] = self._step_command
         else:
             self._from_ahead = self.ready[rows] if reset_args is None else np.zeros(len(rows), bool)
             self._reset_rows = rows
@@ -290,8 +294,10 @@ class SharedMemoryTransport:
                 raise _all_slow(error, slow) from error
             if reply:
                 infos.update(reply)
-        if self._kind == "step" and self.reset_ahead:
-            done = np.flatnonzero((self.terminated | self.truncated) & (self.command == STEP_AHEAD))
+        if self._kind == "step" and self.reset_ahead:  # every row ran STEP_AHEAD
+            done = np.flatnonzero(self.terminated | self.truncated)
+            if not len(done):
+                return infos
             self.ready[done] = True
             for row in done.tolist():
                 info = infos.get(row)
@@ -304,6 +310,17 @@ class SharedMemoryTransport:
                 infos[row] = self.ready_infos.pop(row, {})
                 self.ready[row] = False
         return infos
+
+    def take_ready(self, rows: np.ndarray) -> tuple[list[np.ndarray], dict] | None:
+        """Observations and reset infos of ``rows`` if every one was reset ahead, which
+        makes them reset now (no worker is involved); None otherwise."""
+        ready = self.ready
+        if not len(rows) or not ready[rows].all():
+            return None
+        ready[rows] = False
+        infos = self.ready_infos
+        raw = {row: infos.pop(row, {}) for row in rows.tolist()} if infos else None
+        return [ahead[rows] for ahead in self.ahead], raw
 
     def _rows_ahead(self) -> list[int]:
         return [int(r) for r in self._reset_rows[self._from_ahead]]

@@ -8,7 +8,9 @@ itself). Messages over one socket ``Connection``:
   ``("error", env_index, exception_bytes, type_name, message, traceback_text)``;
 - the single byte ``b"G"`` (shared-memory mode): run the per-env commands written in the
   shared ``command`` array (step, reset) for this worker's rows, write results into shared
-  memory, reply ``b""`` (or a pickled ``("ok", infos)`` when some info dict is non-empty).
+  memory, reply ``b""`` (or a pickled ``("ok", infos)`` when some info dict is non-empty);
+- ``b"S"`` / ``b"A"``: every row steps (as STEP / STEP_AHEAD), the command array unread;
+  replies as for ``b"G"``.
 
 The worker ignores SIGINT (the parent handles Ctrl-C), asks the kernel to kill it when the
 launching process dies (PR_SET_PDEATHSIG), and checks while idle that the parent is alive.
@@ -38,6 +40,7 @@ import numpy as np
 # no round trip; its info is then ("reset_ahead", step_info, reset_info).
 IDLE, STEP, RESET, SAME_STEP, STEP_AHEAD = 0, 1, 2, 3, 4
 GO = b"G"
+STEP_ALL, STEP_ALL_AHEAD = b"S", b"A"
 IDLE_CHECK_SECONDS = 0.5
 
 
@@ -95,7 +98,7 @@ class Worker:
 
     def __init__(self, conn: Connection, init: dict):
         self.conn = conn
-        self.rows: list[int] = init["rows"]
+        self.rows: list[int] = [int(row) for row in init["rows"]]
         self.watch_pid: int = init["watch_pid"]
         self.spin: float = init.get("spin_seconds", 0.0)
         self.envs: list = []
@@ -124,6 +127,7 @@ class Worker:
         ahead = [buffers[f"ahead{i}"] for i in range(n_obs)]
         action = [buffers[f"action{i}"] for i in range(n_act)]
         self.row_array = np.asarray(self.rows, dtype=np.int64)
+        self.block = _observ_block(observation_space, observ, self.rows)
         self.fast = (
             buffers["command"],
             batch_spaces.make_rows_reader(action_space, action),
@@ -183,6 +187,57 @@ class Worker:
         truncated[rows] = truncs
         return infos
 
+    def step_all(self, ahead: bool) -> dict | None:
+        """Step every env of this worker (the ``b"S"``/``b"A"`` messages): STEP, or
+        STEP_AHEAD when ``ahead``, with no per-row command to read.
+
+        The common case of a training loop, so the per-env work is only ``env.step``, a
+        shape check and list appends; observations of a flat space are written with one
+        NumPy assignment for the whole group of rows.
+        """
+        _, read_actions, write_observ, write_ahead, reward, terminated, truncated = self.fast
+        rows, block = self.rows, self.block
+        actions = read_actions(self.row_array)
+        observs, rewards, terms, truncs = [], [], [], []
+        shape = block[0] if block is not None else None
+        infos = None
+        for k, env in enumerate(self.envs):
+            try:
+                observ, rew, term, trunc, info = env.step(actions[k])
+                if ahead and (term or trunc):
+                    next_observ, next_info = env.reset()
+                    write_ahead(rows[k], next_observ)
+                    if info or next_info:
+                        info = ("reset_ahead", info, next_info)
+                if shape is None:
+                    write_observ(rows[k], observ)
+                elif getattr(observ, "shape", None) != shape:
+                    block[2](observ)  # the writer's shape check: ValueError saying what
+            except BaseException as error:
+                raise _EnvFailure(rows[k], error) from error
+            observs.append(observ)
+            rewards.append(rew)
+            terms.append(term)
+            truncs.append(trunc)
+            if info:
+                if infos is None:
+                    infos = {}
+                infos[rows[k]] = info
+        if block is not None:
+            try:
+                block[1][...] = observs
+            except (ValueError, TypeError):  # store row by row, naming a row that fails
+                for row, observ in zip(rows, observs):
+                    try:
+                        write_observ(row, observ)
+                    except BaseException as error:
+                        raise _EnvFailure(row, error) from error
+        rows = self.row_array
+        reward[rows] = rewards
+        terminated[rows] = terms
+        truncated[rows] = truncs
+        return infos
+
     def handle(self, request: tuple):
         command = request[0]
         if command == "call":
@@ -225,9 +280,12 @@ class Worker:
                     raise EOFError("the parent process is gone")
                 continue
             message = conn.recv_bytes()
-            if message == GO:
+            if len(message) == 1:  # GO, STEP_ALL or STEP_ALL_AHEAD
                 try:
-                    infos = self.run_commands(None)
+                    if message == GO:
+                        infos = self.run_commands(None)
+                    else:
+                        infos = self.step_all(message == STEP_ALL_AHEAD)
                 except _EnvFailure as failure:
                     conn.send_bytes(error_reply(failure.row, failure.error))
                     continue
@@ -315,6 +373,29 @@ def _dump_infos(infos: dict) -> bytes:
                 wrapped = TypeError(f"the info returned by env {row} could not be pickled: {error}")
                 return error_reply(row, wrapped)
         return _dump_ok(infos, None)
+
+
+def _observ_block(space, observ: list[np.ndarray], rows: list[int]):
+    """``(shape, block, check_shape)`` when this worker's observations can be written in
+    one assignment: a single float leaf (integer leaves need per-value range checks) and
+    consecutive rows; ``block`` is the view of those rows. None otherwise."""
+    from batchenv import spaces as batch_spaces
+
+    leaves = batch_spaces.leaves(space)
+    if len(leaves) != 1 or observ[0].dtype.kind != "f":
+        return None
+    if rows != list(range(rows[0], rows[0] + len(rows))):
+        return None
+    shape = batch_spaces.leaf_layout(leaves[0])[0]
+
+    def check_shape(value) -> None:
+        if np.shape(value) != shape:
+            raise ValueError(
+                f"observation has shape {np.shape(value)} but the observation space "
+                f"{space} expects {shape}"
+            )
+
+    return shape, observ[0][rows[0] : rows[0] + len(rows)], check_shape
 
 
 def _get_env_attr(env, name: str, row: int):

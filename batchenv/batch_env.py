@@ -71,6 +71,9 @@ class BatchEnv:
         self.check_actions = check_actions
         self.steps = 0
         self._needs_reset = np.ones(self.num_envs, bool)
+        self._all_rows = np.arange(self.num_envs)
+        self._all_rows.flags.writeable = False
+        self._resets_ahead = bool(getattr(_transport, "reset_ahead", False))
         self._pending: tuple[str, np.ndarray] | None = None
         self._closed = False
         self._broken: BaseException | None = None
@@ -108,8 +111,31 @@ class BatchEnv:
         An int ``seed`` seeds env ``i`` with ``seed + i``; a sequence gives one seed per
         reset row.
         """
+        if indices is not None and seed is None and options is None:
+            done = self._reset_ahead(indices)
+            if done is not None:
+                return done
         self.reset_async(indices, seed, options)
         return self.reset_wait()
+
+    def _reset_ahead(self, indices) -> tuple[Nest, tuple[dict, ...]] | None:
+        """reset(indices) of rows whose workers already reset them after the step that
+        ended their episodes: no round trip, nothing to wait for. None when some row was
+        not reset ahead (or a call is pending): the caller takes the general path."""
+        take_ready = getattr(self._transport, "take_ready", None)
+        if take_ready is None or self._pending is not None:
+            return None
+        self._check_usable("reset")
+        rows = self._rows(indices)
+        taken = take_ready(rows)
+        if taken is None:
+            return None
+        observ, raw = taken
+        self._needs_reset[rows] = False
+        infos = tuple(raw.get(row, EMPTY_INFO) for row in rows.tolist()) if raw else (
+            (EMPTY_INFO,) * len(rows)
+        )
+        return batch_spaces.unflatten(self.observation_space, observ), infos
 
     def reset_async(self, indices=None, seed=None, options=None) -> None:
         rows = self._rows(indices)
@@ -150,12 +176,12 @@ class BatchEnv:
                 f"step() called for envs {rows} that need a reset (never reset, or their "
                 "episode ended at the last step); call reset(indices=...) first"
             )
-        self._start("step", np.arange(self.num_envs), leaves, None)
+        self._start("step", self._all_rows, leaves, None)
 
     def step_wait(self, timeout: float | None = None):
         _, _, results = self._finish("step", timeout)
         self.steps += 1
-        if getattr(self._transport, "reset_ahead", False):
+        if self._resets_ahead:
             # Finished envs were already reset in their worker: they must be reset() here
             # (free) before the next step, so no episode silently runs on.
             self._needs_reset |= results[2] | results[3]
@@ -167,10 +193,11 @@ class BatchEnv:
         if indices is None:
             return np.arange(self.num_envs)
         rows = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_envs):
-            raise IndexError(f"reset indices {rows.tolist()} out of range for {self.num_envs} envs")
-        if len(rows) > 1 and len(set(rows.tolist())) != len(rows):
-            raise ValueError(f"reset indices must be unique, got {rows.tolist()}")
+        listed = rows.tolist()  # a few Python ints: cheaper to check than NumPy reductions
+        if listed and (min(listed) < 0 or max(listed) >= self.num_envs):
+            raise IndexError(f"reset indices {listed} out of range for {self.num_envs} envs")
+        if len(listed) > 1 and len(set(listed)) != len(listed):
+            raise ValueError(f"reset indices must be unique, got {listed}")
         return rows
 
     def _exchange(self, command: np.ndarray, actions: Nest | None, reset_args=None, timeout=None):

@@ -222,6 +222,18 @@ class BadObservationEnv(_OneEnvFault):
         return observ, reward, terminated, truncated, info
 
 
+class TextObservationEnv(BadObservationEnv):
+    """At step ``at_step``, returns an observation of the right shape that cannot be
+    stored as floats (strings)."""
+
+    def step(self, action):
+        self._bad = False
+        observ, reward, terminated, truncated, info = PlainEnv.step(self, action)
+        if self._bad:
+            observ = np.array(["x"] * len(observ))
+        return observ, reward, terminated, truncated, info
+
+
 class UnpicklableInfoEnv(_OneEnvFault):
     """Puts a threading.Lock (which cannot be pickled) into the info of step ``at_step``."""
 

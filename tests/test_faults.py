@@ -446,8 +446,22 @@ def test_observation_of_wrong_shape_is_an_env_error(kind, batches):
     with pytest.raises(EnvWorkerError, match=r"shape \(4,\).*expects \(3,\)") as info:
         env.step(actions())
     assert info.value.remote_type == "ValueError"
+    assert info.value.env_index == K
     with pytest.raises(ClosedError):
         env.step(actions())
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "in-process"])
+def test_observation_that_cannot_be_stored_is_an_env_error(kind, batches):
+    # The right shape, but strings: the shared-memory worker writes a group's observations
+    # in one assignment, and must still name the row that broke it.
+    env = batches(kind, functools.partial(fe.TextObservationEnv, at_step=S, only_index=K))
+    env.reset(seed=0)
+    step_ok(env, S)
+    with pytest.raises(EnvWorkerError, match="could not convert string to float") as info:
+        env.step(actions())
+    assert info.value.remote_type == "ValueError"
+    assert info.value.env_index == K
 
 
 @pytest.mark.parametrize(

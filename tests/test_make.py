@@ -1,5 +1,6 @@
 """batchenv.make: shared-memory workers, reset ahead, pinning, lean workers."""
 
+import functools
 import os
 
 import gymnasium as gym
@@ -8,7 +9,8 @@ import pytest
 import torch  # noqa: F401  (the parent has torch; the workers must not import it)
 
 import batchenv
-from batchenv.errors import NotResetError
+from batchenv.errors import AlreadyPendingCallError, NotResetError
+from tests import faulty_envs as fe
 from tests.lean_envs import ModulesProbe
 
 
@@ -75,6 +77,39 @@ def test_reset_ahead_requires_reset_of_finished_rows():
             env.step(np.zeros(2, np.int64))
         env.reset(indices=np.flatnonzero(terminated | truncated))
         env.step(np.zeros(2, np.int64))  # usable again
+    finally:
+        env.close()
+
+
+def test_reset_of_rows_reset_ahead_returns_their_infos_and_checks_its_arguments():
+    # Rows reset ahead by their worker are reset without a round trip; the infos of that
+    # early reset, the index checks and the pending-call check must survive the shortcut.
+    env = batchenv.make(functools.partial(fe.PlainEnv, episode_length=2), 4, 2)
+    try:
+        env.reset(seed=0)
+        env.step(np.zeros((4, 1), np.float32))
+        _, _, terminated, _, infos = env.step(np.zeros((4, 1), np.float32))
+        assert terminated.all()
+        assert [info["t"] for info in infos] == [2] * 4  # the last step's own infos
+        with pytest.raises(ValueError, match="unique"):
+            env.reset(indices=[1, 1])
+        with pytest.raises(IndexError, match="out of range"):
+            env.reset(indices=[1, 4])
+        observ, infos = env.reset(indices=[3, 1])
+        assert [info["index"] for info in infos] == [3, 1]
+        assert [info["t"] for info in infos] == [0, 0]
+        np.testing.assert_array_equal(observ, [[3, 0, 0], [1, 0, 0]])
+        with pytest.raises(NotResetError, match=r"\[0, 2\]"):
+            env.step(np.zeros((4, 1), np.float32))
+        env.reset_async(indices=[0])  # row 0 was reset ahead, but the call must wait
+        with pytest.raises(AlreadyPendingCallError):
+            env.reset(indices=[2])
+        observ, infos = env.reset_wait()
+        assert infos[0]["index"] == 0
+        np.testing.assert_array_equal(observ, [[0, 0, 0]])
+        env.reset(indices=[2])
+        observ, *_ = env.step(np.zeros((4, 1), np.float32))
+        np.testing.assert_array_equal(observ[:, 1], [1, 1, 1, 1])
     finally:
         env.close()
 
