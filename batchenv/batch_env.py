@@ -132,8 +132,10 @@ class BatchEnv:
             return None
         observ, raw = taken
         self._needs_reset[rows] = False
-        infos = tuple(raw.get(row, EMPTY_INFO) for row in rows.tolist()) if raw else (
-            (EMPTY_INFO,) * len(rows)
+        infos = (
+            tuple(raw.get(row, EMPTY_INFO) for row in rows.tolist())
+            if raw
+            else ((EMPTY_INFO,) * len(rows))
         )
         return batch_spaces.unflatten(self.observation_space, observ), infos
 
