@@ -18,6 +18,9 @@ launching process dies (PR_SET_PDEATHSIG), and checks while idle that the parent
 
 from __future__ import annotations
 
+import copyreg
+import functools
+import io
 import math
 import mmap
 import os
@@ -361,10 +364,36 @@ def _dump_ok(result, row: int | None) -> bytes:
         return error_reply(row, wrapped)
 
 
+# NumPy scalars pickled by value: ``np.float64(x)`` becomes ``(np.float64, (float(x),))``,
+# which loads as the same type and value. NumPy's own reduction pickles the dtype and
+# the raw bytes of every scalar: ~1.3 us each, and MuJoCo envs return four of them in the
+# info of every step (43 us per step for 8 HalfCheetahs, against 11 us this way).
+_SCALARS_BY_VALUE = copyreg.dispatch_table.copy()
+for _type, _convert in [
+    (np.float64, float),
+    (np.float32, float),
+    (np.float16, float),
+    (np.int64, int),
+    (np.int32, int),
+    (np.bool_, bool),
+]:
+    _SCALARS_BY_VALUE[_type] = functools.partial(
+        lambda scalar_type, convert, value: (scalar_type, (convert(value),)), _type, _convert
+    )
+
+
+def _dumps_infos(infos: dict) -> bytes:
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _SCALARS_BY_VALUE
+    pickler.dump(("ok", infos))
+    return buffer.getvalue()
+
+
 def _dump_infos(infos: dict) -> bytes:
     """Pickle the per-row infos; when one cannot be pickled, blame its row."""
     try:
-        return pickle.dumps(("ok", infos))
+        return _dumps_infos(infos)
     except Exception:
         for row, info in infos.items():
             try:

@@ -279,7 +279,7 @@ class BatchEnv:
                 self._write_checked(writer, i, obs, rows[i])
                 infos.append(info)
             return batch_spaces.unflatten(space, observ), tuple(infos)
-        infos = _infos_for(rows, raw)
+        infos = _infos_for(rows, raw, rows is self._all_rows)
         if kind == "step":
             observ, reward, terminated, truncated = transport.results(kind, rows)
             return batch_spaces.unflatten(space, observ), reward, terminated, truncated, infos
@@ -383,10 +383,14 @@ class BatchEnv:
 EMPTY_INFO = MappingProxyType({})
 
 
-def _infos_for(rows: np.ndarray, raw: dict) -> tuple:
-    """One info per row: the env's dict, or a shared read-only empty mapping."""
+def _infos_for(rows: np.ndarray, raw: dict, every_row: bool = False) -> tuple:
+    """One info per row: the env's dict, or a shared read-only empty mapping.
+    ``every_row``: ``rows`` is 0, 1, ..., so a row is its own position."""
     infos = [EMPTY_INFO] * len(rows)
-    if raw:
+    if raw and every_row:
+        for row, info in raw.items():
+            infos[row] = info
+    elif raw:
         position = {row: i for i, row in enumerate(rows.tolist())}
         for row, info in raw.items():
             index = position.get(row)

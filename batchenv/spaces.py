@@ -222,13 +222,17 @@ def _check_dtype(leaf: spaces.Space, array: np.ndarray) -> None:
 def _check_values(leaf: spaces.Space, array: np.ndarray) -> None:
     if isinstance(leaf, spaces.Box):
         flat = array.reshape(len(array), -1)
+        low, high = leaf.low.reshape(1, -1), leaf.high.reshape(1, -1)
+        # The usual case in four whole-array operations (NaN fails ``>=``); only a batch
+        # that fails them is searched for the row to name.
+        if (flat >= low).all() and (flat <= high).all():
+            if array.dtype.kind != "f" or np.isfinite(flat).all():
+                return
         if array.dtype.kind == "f":
             bad = ~np.isfinite(flat).all(axis=1)
             if bad.any():
                 row = int(np.argmax(bad))
                 raise ValueError(f"action for env {row} is not finite: {array[row]!r}")
-        low = np.broadcast_to(leaf.low.reshape(-1), flat.shape[1:])
-        high = np.broadcast_to(leaf.high.reshape(-1), flat.shape[1:])
         bad = ((flat < low) | (flat > high)).any(axis=1)
     elif isinstance(leaf, spaces.Discrete):
         bad = (array < leaf.start) | (array >= leaf.start + leaf.n)

@@ -11,7 +11,7 @@ import torch  # noqa: F401  (the parent has torch; the workers must not import i
 import batchenv
 from batchenv.errors import AlreadyPendingCallError, NotResetError
 from tests import faulty_envs as fe
-from tests.lean_envs import ModulesProbe
+from tests.lean_envs import ModulesProbe, ScalarInfoEnv
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
@@ -110,6 +110,27 @@ def test_reset_of_rows_reset_ahead_returns_their_infos_and_checks_its_arguments(
         env.reset(indices=[2])
         observ, *_ = env.step(np.zeros((4, 1), np.float32))
         np.testing.assert_array_equal(observ[:, 1], [1, 1, 1, 1])
+    finally:
+        env.close()
+
+
+def test_infos_keep_the_types_and_values_of_numpy_scalars():
+    # Workers pickle NumPy scalars by value (their own reduction is slow); what arrives
+    # must be the same type and value, signed zero and NaN included.
+    env = batchenv.make(ScalarInfoEnv, 3, 2)
+    reference = ScalarInfoEnv()
+    try:
+        env.reset(seed=0)
+        reference.reset(seed=0)
+        for _ in range(2):
+            infos = env.step(np.zeros(3, np.int64))[4]
+            expected = reference.step(0)[4]
+            for info in infos:
+                assert info.keys() == expected.keys()
+                for key, value in expected.items():
+                    assert type(info[key]) is type(value), key
+                    np.testing.assert_array_equal(info[key], value)
+                assert np.signbit(info["neg_zero"])
     finally:
         env.close()
 
