@@ -65,6 +65,7 @@ def run(name: str, mode: str, num_envs: int, args: argparse.Namespace) -> dict:
         total_steps=args.total_steps or (6_000_000 if name == "cartpole" else 2_000_000),
         log_interval=5.0,
         torch_threads=args.torch_threads,
+        precision=args.precision,
         seed=args.seed,
     )
     prestart()  # the fork server imports torch once, before the clock starts
@@ -113,6 +114,7 @@ def run(name: str, mode: str, num_envs: int, args: argparse.Namespace) -> dict:
             "batch_size": config.batch_size,
             "num_learner_threads": config.num_learner_threads,
             "total_steps": config.total_steps,
+            "precision": config.precision,
             "model": "2x64 MLP" if name == "cartpole" else "AtariNet (shallow)",
         },
         "seconds": round(end[0], 1),
@@ -171,7 +173,8 @@ def _print_run(report: dict, args: argparse.Namespace) -> None:
     config = report["config"]
     print(
         f"\n{report['env']} {report['mode']} ({config['model']}, {args.num_actors} actors x "
-        f"{config['envs_per_actor']} envs, T=80, B=8, 2 learner threads):"
+        f"{config['envs_per_actor']} envs, T=80, B=8, 2 learner threads, "
+        f"{config['precision']}):"
     )
     target = TARGET_ASYNC_RATIO if report["mode"] == "async" else TARGET_RATIO
     print(
@@ -242,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         help="env worker processes per async actor",
     )
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="model forward precision (bf16: torch.autocast; pays on AVX512-BF16/AMX CPUs, GPUs)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--curves", default=str(Path(__file__).parent / "curves"))
     parser.add_argument("--json", default=None, help="also write the reports here")

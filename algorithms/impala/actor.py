@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from batchenv.algorithms.impala.models import forward_in
+
 __all__ = ["ActorSpec", "allocate_slots", "run_actor", "slot_specs", "write_row"]
 
 _POLL_SECONDS = 0.2
@@ -101,6 +103,8 @@ class ActorSpec:
     """The learner process; the actor exits when it (or the process that started it) goes."""
     actor_timeout: float
     """Seconds to wait for free slots before giving up."""
+    precision: str = "fp32"
+    """The model's forward precision ('fp32' or 'bf16', see ImpalaConfig.precision)."""
 
 
 def _die_with_parent() -> int:
@@ -212,7 +216,8 @@ class _Actor:
         last_action = np.zeros(num, np.int64)
         core_state = model.initial_state(num)
         with torch.no_grad():
-            agent, _ = model(self._inputs(observ, reward, done, last_action), core_state)
+            inputs = self._inputs(observ, reward, done, last_action)
+            agent, _ = forward_in(spec.precision, model, inputs, core_state)
         sequence = 0
         while True:
             slots = self._take_slots(num)
@@ -228,7 +233,7 @@ class _Actor:
             for t in range(T):
                 with torch.inference_mode():
                     inputs = self._inputs(observ, reward, done, last_action)
-                    agent, core_state = model(inputs, core_state)
+                    agent, core_state = forward_in(spec.precision, model, inputs, core_state)
                 action = agent["action"][0].numpy()
                 observ, reward, done = envs.step(action)
                 episode_return += reward

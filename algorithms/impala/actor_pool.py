@@ -153,6 +153,7 @@ class ActorPool:
             slots=tuple(free),
             parent_pid=os.getpid(),
             actor_timeout=config.actor_timeout,
+            precision=config.precision,
         )
         parent_conn, child_conn = self.context.Pipe(duplex=True)
         process = self.context.Process(

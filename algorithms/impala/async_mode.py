@@ -45,6 +45,7 @@ from batchenv.algorithms.impala.batcher import (
 )
 from batchenv.algorithms.impala.envs import WorkerGroup
 from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
+from batchenv.algorithms.impala.models import forward_in
 from batchenv.algorithms.impala.trainer import Trainer, build_model
 from batchenv.errors import EnvWorkerError, WorkerTimeoutError
 
@@ -196,7 +197,9 @@ class AsyncTrainer(Trainer):
                         key: torch.from_numpy(value).to(device) for key, value in inputs.items()
                     }
                     with self._publish_lock, torch.inference_mode():
-                        outputs, core = self.acting_model(tensors, core)
+                        outputs, core = forward_in(
+                            self.config.precision, self.acting_model, tensors, core
+                        )
                     result = {key: outputs[key].cpu().numpy() for key in _AGENT_KEYS}
                     for k, state in enumerate(core):
                         result[f"core_{k}"] = state.cpu().numpy()

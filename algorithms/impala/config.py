@@ -27,6 +27,7 @@ __all__ = ["ImpalaConfig", "field_help"]
 REWARD_CLIPPING = ("abs_one", "none")
 MODELS = ("auto", "mlp", "atari", "resnet")
 MODES = ("sync", "async")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,10 @@ class ImpalaConfig:
     """Hidden layer sizes of the MLP agent."""
     use_lstm: bool = False
     """Add a one-layer LSTM core (its state is stored with each unroll)."""
+    precision: str = "fp32"
+    """'fp32', or 'bf16': forward passes (acting and learning) under torch.autocast with
+    bfloat16; weights, gradients, optimiser and V-trace stay float32. Speeds up the conv
+    agents ~1.8x on CPUs with AVX512-BF16 or AMX, and on GPUs; no gain on other CPUs."""
 
     # Optimisation (MonoBeast).
     learning_rate: float = 4.8e-4
@@ -147,6 +152,10 @@ class ImpalaConfig:
             raise ValueError(
                 f"ImpalaConfig.reward_clipping must be one of {REWARD_CLIPPING}, "
                 f"got {self.reward_clipping!r}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"ImpalaConfig.precision must be one of {PRECISIONS}, got {self.precision!r}"
             )
         if self.model not in MODELS:
             raise ValueError(f"ImpalaConfig.model must be one of {MODELS}, got {self.model!r}")

@@ -8,7 +8,9 @@ bootstraps from the last row's baseline and minimises MonoBeast's summed loss
     pg_loss + baseline_cost * 0.5 * sum((vs - V)^2) + entropy_cost * sum(p log p)
 
 with V-trace targets, RMSprop and gradient-norm clipping. ``make_optimizer()`` builds the
-optimiser and the linear learning-rate decay from an ``ImpalaConfig``.
+optimiser and the linear learning-rate decay from an ``ImpalaConfig``. With
+``config.precision == "bf16"`` the model's forward pass runs under ``torch.autocast``
+(bfloat16 matmuls and convolutions); V-trace, the losses and the weights stay float32.
 
     >>> import torch
     >>> from batchenv.algorithms.impala.config import ImpalaConfig
@@ -34,6 +36,7 @@ from torch import nn
 
 from batchenv.algorithms.impala import losses, vtrace
 from batchenv.algorithms.impala.config import ImpalaConfig
+from batchenv.algorithms.impala.models import forward_in
 
 __all__ = ["learn", "make_optimizer"]
 
@@ -88,7 +91,7 @@ def learn(
             f"learn: batch tensors must be [T + 1, B] with T >= 1, got reward "
             f"{tuple(batch['reward'].shape)}"
         )
-    learner_outputs, _ = model(batch, initial_core_state)
+    learner_outputs, _ = forward_in(config.precision, model, batch, initial_core_state)
     bootstrap_value = learner_outputs["baseline"][-1]
 
     # Row t + 1 holds what followed row t's frame: shift the batch, drop the last output.

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AtariNet", "CoreState", "MLPAgent", "ResNetAgent"]
+__all__ = ["AtariNet", "CoreState", "MLPAgent", "ResNetAgent", "forward_in"]
 
 CoreState = tuple[torch.Tensor, ...]
 """Recurrent state: ``()`` for feed-forward agents, ``(h, c)`` each ``[1, B, hidden]``."""
@@ -122,6 +122,25 @@ class _CoreAndHeads(nn.Module):
             "action": action.view(time, batch),
         }
         return outputs, core_state
+
+
+def forward_in(
+    precision: str, model: nn.Module, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
+) -> tuple[dict[str, torch.Tensor], CoreState]:
+    """``model(inputs, core_state)`` with its matmuls and convolutions in ``precision``
+    ('fp32' or 'bf16', through ``torch.autocast``); float outputs and state come back as
+    float32, so rollout buffers, V-trace and losses never see bfloat16."""
+    if precision == "fp32":
+        return model(inputs, core_state)
+    if precision != "bf16":
+        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+    device_type = next(model.parameters()).device.type
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        outputs, core_state = model(inputs, core_state)
+    outputs = {
+        key: value.float() if value.is_floating_point() else value for key, value in outputs.items()
+    }
+    return outputs, tuple(state.float() for state in core_state)
 
 
 def _agent_forward(

@@ -77,6 +77,33 @@ def test_learn_matches_monobeast_step(clipping: str) -> None:
         torch.testing.assert_close(mine, theirs)
 
 
+def test_bf16_learn_keeps_float32_weights_and_follows_the_float32_step() -> None:
+    # Autocast runs the forward pass in bfloat16 (3 significant digits); V-trace, the
+    # losses, the gradients and the weights stay float32, and the step lands close to the
+    # float32 one.
+    torch.manual_seed(0)
+    config = ImpalaConfig(unroll_length=T, batch_size=B)
+    model = MLPAgent((5,), A, use_lstm=True)
+    reference, initial = copy.deepcopy(model), copy.deepcopy(model)
+    batch = _batch()
+    core = model.initial_state(B)
+    stats = learn(
+        model, batch, core, *make_optimizer(model, config), config.replace(precision="bf16")
+    )
+    expected = learn(reference, batch, core, *make_optimizer(reference, config), config)
+    assert stats["total_loss"] == pytest.approx(expected["total_loss"], rel=0.05)
+    assert stats["grad_norm"] == pytest.approx(expected["grad_norm"], rel=0.05)
+    for parameter in model.parameters():
+        assert parameter.dtype == torch.float32 and parameter.grad.dtype == torch.float32
+    before = nn.utils.parameters_to_vector(initial.parameters())
+    step = nn.utils.parameters_to_vector(model.parameters()) - before
+    expected_step = nn.utils.parameters_to_vector(reference.parameters()) - before
+    assert torch.cosine_similarity(step, expected_step, dim=0) > 0.95
+    assert step.norm().item() == pytest.approx(expected_step.norm().item(), rel=0.1)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        config.replace(precision="fp16")
+
+
 def test_reward_clipping_changes_the_loss_only_for_large_rewards() -> None:
     torch.manual_seed(0)
     model = MLPAgent((5,), A)

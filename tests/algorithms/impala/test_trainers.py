@@ -68,8 +68,9 @@ def test_actors_can_step_their_envs_in_a_batchenv_worker_group() -> None:
 @pytest.mark.parametrize(
     "env, changes",
     [(functools.partial(CountingEnv, 10), {"use_lstm": True}),
-     (functools.partial(ImageEnv, 10), {})],
-    ids=["mlp-lstm", "atari-net-uint8"],
+     (functools.partial(ImageEnv, 10), {}),
+     (functools.partial(ImageEnv, 10), {"precision": "bf16", "use_lstm": True})],
+    ids=["mlp-lstm", "atari-net-uint8", "atari-net-lstm-bf16"],
 )  # fmt: skip
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_lstm_and_image_agents_train(mode: str, env, changes: dict) -> None:
