@@ -19,8 +19,8 @@ from batchenv.batch_env import BatchEnv
 from batchenv.external_process import DEFAULT_START_TIMEOUT, ExternalProcess
 
 #: Default bounded spin of batchenv.make workers and parent (see ``spin_us``), microseconds.
-#: Off: on the 2-core VMs measured so far it helped only latency-bound batches (N=1:
-#: +30-80%), and mixed results elsewhere (benchmarks/RESULTS.md).
+#: Off: a loop that only steps gains 5-15% from ``spin_us=300`` on 2 cores, but a loop
+#: that trains between steps (torch threads) ran 3x slower with it (benchmarks/RESULTS.md).
 DEFAULT_SPIN_US = 0.0
 
 
@@ -62,7 +62,9 @@ def make(
             busy workers on one core; None pins when num_workers <= cores.
         spin_us: poll for a reply (parent) or for the next step (worker) for up to this
             many microseconds before sleeping, yielding the core between polls; saves the
-            cross-core wake-ups that dominate short steps. 0 always sleeps.
+            cross-core wake-ups that dominate short steps. 0 always sleeps. Only for
+            loops that do little between steps: spinning workers fight the training
+            code's threads for the cores.
     """
     if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
