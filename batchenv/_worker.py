@@ -27,6 +27,7 @@ import os
 import pickle
 import select
 import signal
+import struct
 import sys
 import time
 import traceback
@@ -45,6 +46,50 @@ IDLE, STEP, RESET, SAME_STEP, STEP_AHEAD = 0, 1, 2, 3, 4
 GO = b"G"
 STEP_ALL, STEP_ALL_AHEAD = b"S", b"A"
 IDLE_CHECK_SECONDS = 0.5
+
+
+_LENGTH = struct.Struct("!i")  # the frame header of Connection.send_bytes
+_EMPTY_REPLY = _LENGTH.pack(0)
+
+
+def framed(payload: bytes) -> bytes:
+    """``payload`` framed as ``Connection.send_bytes`` frames a message under 2 GiB."""
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def write_framed(fd: int, data: bytes) -> None:
+    """Write ``data`` (a framed message) to ``fd`` whole."""
+    sent = os.write(fd, data)
+    while sent < len(data):
+        sent += os.write(fd, data[sent:])
+
+
+def read_message(fd: int) -> bytes:
+    """One message sent by ``Connection.send_bytes``, read straight from the blocking ``fd``.
+
+    The bytes ``Connection.recv_bytes()`` returns, without its Python layers (a BytesIO per
+    read), which the step loop paid twice per worker per step on each side. It reads
+    exactly one message and never past it: a passed file handle may follow on the socket.
+    Raises EOFError when the peer is gone.
+    """
+    (size,) = _LENGTH.unpack(_read_exactly(fd, 4))
+    if size == -1:  # Connection's frame of a message over 2 GiB
+        (size,) = struct.unpack("!Q", _read_exactly(fd, 8))
+    return _read_exactly(fd, size) if size else b""
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = os.read(fd, size)
+    if len(data) == size:
+        return data
+    parts, remaining = [data], size - len(data)
+    while remaining:
+        if not data:
+            raise EOFError("the other end of the connection is gone")
+        data = os.read(fd, remaining)
+        parts.append(data)
+        remaining -= len(data)
+    return b"".join(parts)
 
 
 def set_parent_death_signal() -> None:
@@ -272,6 +317,7 @@ class Worker:
 
     def serve(self) -> None:
         conn = self.conn
+        fd = conn.fileno()
         readable = Readable(conn)
         spin_after_step = False
         while True:
@@ -282,7 +328,7 @@ class Worker:
                 if not _pid_alive(self.watch_pid):
                     raise EOFError("the parent process is gone")
                 continue
-            message = conn.recv_bytes()
+            message = read_message(fd)
             if len(message) == 1:  # GO, STEP_ALL or STEP_ALL_AHEAD
                 try:
                     if message == GO:
@@ -292,7 +338,10 @@ class Worker:
                 except _EnvFailure as failure:
                     conn.send_bytes(error_reply(failure.row, failure.error))
                     continue
-                conn.send_bytes(b"" if infos is None else _dump_infos(infos))
+                if infos is None:
+                    write_framed(fd, _EMPTY_REPLY)
+                else:
+                    conn.send_bytes(_dump_infos(infos))
                 spin_after_step = self.spin > 0.0
                 continue
             request = pickle.loads(message)

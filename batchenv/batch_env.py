@@ -69,6 +69,8 @@ class BatchEnv:
         self.action_space = _transport.action_space
         self.timeout = timeout
         self.check_actions = check_actions
+        self._check = batch_spaces.action_checker(self.action_space, self.num_envs)
+        self._unflatten = batch_spaces.unflattener(self.observation_space)
         self.steps = 0
         self._needs_reset = np.ones(self.num_envs, bool)
         self._all_rows = np.arange(self.num_envs)
@@ -137,7 +139,7 @@ class BatchEnv:
             if raw
             else ((EMPTY_INFO,) * len(rows))
         )
-        return batch_spaces.unflatten(self.observation_space, observ), infos
+        return self._unflatten(observ), infos
 
     def reset_async(self, indices=None, seed=None, options=None) -> None:
         rows = self._rows(indices)
@@ -169,9 +171,7 @@ class BatchEnv:
     def step_async(self, actions: Nest) -> None:
         """Validate the actions and send them to the envs without waiting."""
         self._check_usable("step")
-        leaves = batch_spaces.check_actions(
-            self.action_space, actions, self.num_envs, self.check_actions
-        )
+        leaves = self._check(actions, self.check_actions)
         if self._needs_reset.any():
             rows = np.flatnonzero(self._needs_reset).tolist()
             raise NotResetError(
@@ -210,16 +210,14 @@ class BatchEnv:
         """
         leaves = None
         if actions is not None:
-            leaves = batch_spaces.check_actions(
-                self.action_space, actions, self.num_envs, self.check_actions
-            )
+            leaves = self._check(actions, self.check_actions)
         rows = np.arange(self.num_envs)
         self._start("mixed", rows, leaves, reset_args, command=command)
         _, _, raw = self._finish("mixed", timeout)
         observ, reward, terminated, truncated = self._transport.results("step", rows)
         self._needs_reset[command != 0] = False
         return (
-            batch_spaces.unflatten(self.observation_space, observ),
+            self._unflatten(observ),
             reward,
             terminated,
             truncated,
@@ -273,17 +271,17 @@ class BatchEnv:
                     self._write_checked(writer, i, obs, rows[i])
                     reward[i], terminated[i], truncated[i] = rew, term, trunc
                     infos.append(info)
-                observ = batch_spaces.unflatten(space, observ)
+                observ = self._unflatten(observ)
                 return observ, reward, terminated, truncated, tuple(infos)
             for i, (obs, info) in enumerate(raw):
                 self._write_checked(writer, i, obs, rows[i])
                 infos.append(info)
-            return batch_spaces.unflatten(space, observ), tuple(infos)
+            return self._unflatten(observ), tuple(infos)
         infos = _infos_for(rows, raw, rows is self._all_rows)
         if kind == "step":
             observ, reward, terminated, truncated = transport.results(kind, rows)
-            return batch_spaces.unflatten(space, observ), reward, terminated, truncated, infos
-        return batch_spaces.unflatten(space, transport.results(kind, rows)), infos
+            return self._unflatten(observ), reward, terminated, truncated, infos
+        return self._unflatten(transport.results(kind, rows)), infos
 
     def _write_checked(self, writer, i: int, obs, row: int) -> None:
         try:

@@ -26,7 +26,7 @@ from typing import Any
 import cloudpickle
 
 from batchenv._launch import WorkerProcess, start_worker
-from batchenv._worker import Readable, spin_wait
+from batchenv._worker import Readable, framed, read_message, spin_wait, write_framed
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -123,6 +123,7 @@ class ExternalProcess:
         self._finalizer = weakref.finalize(self, _reap, self._process)
         self._conn = self._process.conn
         self._readable = Readable(self._conn)
+        self._fd = self._conn.fileno()
         init = {
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
@@ -214,16 +215,18 @@ class ExternalProcess:
                 f"{what} called while {self._pending} is still pending on worker "
                 f"{self.worker_index}; wait for its result first"
             )
-        payload = request if isinstance(request, bytes) else pickle.dumps(request)
         try:
-            self._conn.send_bytes(payload)
+            if type(request) is bytes:  # the one-byte step messages: framed by hand
+                write_framed(self._fd, framed(request))
+            else:
+                self._conn.send_bytes(pickle.dumps(request))
         except OSError as error:
             self._fail(self._died(what, step), error)
         self._pending = what
 
     def wait(self, timeout: float | None = None, *, step: int | None = None):
         """Collect the reply of the pending request (``b""`` for an empty fast reply)."""
-        if self._pending is None:
+        if self._pending is None or self._closed:  # a closed worker's fd may be reused
             self._check_usable("wait")
             raise NoPendingCallError(f"no call is pending on worker {self.worker_index}")
         timeout = self.timeout if timeout is None else timeout
@@ -254,7 +257,7 @@ class ExternalProcess:
             )
             self._fail(error, None)
         try:
-            message = self._conn.recv_bytes()
+            message = read_message(self._fd)
         except (EOFError, OSError) as cause:
             self._fail(self._died(what, step), cause)
         if not message:

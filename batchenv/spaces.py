@@ -67,6 +67,16 @@ def unflatten(space: spaces.Space, values: Sequence[Any]) -> Nest:
     return build(space)
 
 
+def unflattener(space: spaces.Space) -> Callable[[Sequence[Any]], Nest]:
+    """:func:`unflatten` for ``space``, decided once: a single leaf is ``values[0]``.
+
+    The hot paths of BatchEnv call it on every step and reset; deciding the nesting there
+    costs a few slow ``isinstance`` checks (Gymnasium's Tuple space is an ABC) each time."""
+    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+        return lambda values: unflatten(space, values)
+    return lambda values: values[0]
+
+
 def allocate(
     space: spaces.Space,
     batch_size: int,
@@ -201,6 +211,66 @@ def check_actions(
             _check_values(leaf, array)
         result.append(array)
     return result
+
+
+def action_checker(
+    space: spaces.Space, batch_size: int
+) -> Callable[[Nest, bool], list[np.ndarray]]:
+    """:func:`check_actions` for ``space`` and ``batch_size``, planned once:
+    ``check(actions, check_values)``.
+
+    For a single leaf (most envs) the check is a shape comparison, a dtype lookup and, for
+    the values, one or two whole-array reductions; only a batch that fails them goes through
+    :func:`check_actions`, which names what is wrong. Nests take :func:`check_actions`.
+    """
+    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+        return lambda actions, check_values: check_actions(space, actions, batch_size, check_values)
+    shape, _ = leaf_layout(space)
+    batch_shape = (batch_size, *shape)
+    good_dtypes: set[np.dtype] = set()  # dtypes that passed _check_dtype
+    in_range = _in_range(space)
+
+    def check(actions: Nest, check_values: bool) -> list[np.ndarray]:
+        array = actions if type(actions) is np.ndarray else np.asarray(actions)
+        if (
+            array.shape != batch_shape
+            or array.dtype not in good_dtypes
+            or (check_values and not in_range(array))
+        ):
+            result = check_actions(space, array, batch_size, check_values)  # raises, or
+            good_dtypes.add(array.dtype)  # a dtype seen for the first time passed
+            return result
+        return [array]
+
+    return check
+
+
+def _in_range(leaf: spaces.Space) -> Callable[[np.ndarray], bool]:
+    """True when a correctly shaped batch lies inside ``leaf`` (and is finite)."""
+    if isinstance(leaf, spaces.Box):
+        low, high = leaf.low.reshape(-1), leaf.high.reshape(-1)
+
+        def box(array: np.ndarray) -> bool:
+            flat = array.reshape(len(array), -1)
+            # NaN fails ``>=``; infinities inside an unbounded box fail isfinite.
+            if not ((flat >= low).all() and (flat <= high).all()):
+                return False
+            return array.dtype.kind != "f" or bool(np.isfinite(flat).all())
+
+        return box
+    if isinstance(leaf, spaces.Discrete):
+        start, end = int(leaf.start), int(leaf.start) + int(leaf.n)
+        return lambda array: array.size == 0 or (array.min() >= start and array.max() < end)
+    if isinstance(leaf, spaces.MultiDiscrete):
+        low = leaf.start.reshape(-1)
+        high = (leaf.start + leaf.nvec).reshape(-1)
+
+        def multi(array: np.ndarray) -> bool:
+            flat = array.reshape(len(array), -1)
+            return bool((flat >= low).all() and (flat < high).all())
+
+        return multi
+    return lambda array: bool(((array == 0) | (array == 1)).all())  # MultiBinary
 
 
 def _check_dtype(leaf: spaces.Space, array: np.ndarray) -> None:
