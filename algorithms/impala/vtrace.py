@@ -141,13 +141,15 @@ def from_importance_weights(
         values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
         deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 
-        # Backward recursion over time; each step is one vector op over the batch.
-        discounted_cs = discounts * cs
+        # Backward recursion over time: one fused op over the batch per step, written
+        # straight into its row (the rows are views, unbound once).
+        discounted_cs = (discounts * cs).unbind(0)
+        delta_rows = deltas.unbind(0)
         vs_minus_v = torch.empty_like(deltas)
+        rows = vs_minus_v.unbind(0)
         acc = torch.zeros_like(bootstrap_value, dtype=deltas.dtype)
         for t in range(deltas.shape[0] - 1, -1, -1):
-            acc = deltas[t] + discounted_cs[t] * acc
-            vs_minus_v[t] = acc
+            acc = torch.addcmul(delta_rows[t], discounted_cs[t], acc, out=rows[t])
         vs = vs_minus_v + values
 
         vs_t_plus_1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
