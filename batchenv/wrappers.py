@@ -17,6 +17,7 @@ Gymnasium terms:
 from __future__ import annotations
 
 import copy
+import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, SupportsFloat
@@ -540,10 +541,36 @@ def _area_weights(size_in: int, size_out: int) -> np.ndarray:
     return weights.astype(np.float32)
 
 
+def _area_groups(size_in: int, size_out: int) -> tuple[int, int] | None:
+    """``(copies, group)`` when area-resizing ``size_in`` cells to ``size_out`` is the same as
+    repeating each cell ``copies`` times and summing groups of ``group`` (then dividing by
+    ``group``), with few copies: 210 -> 84 rows is (2, 5). None when that would take more
+    than 4 copies (160 -> 84 columns: 21): a weight matrix is cheaper then."""
+    common = math.gcd(size_in, size_out)
+    copies, group = size_out // common, size_in // common
+    return (copies, group) if copies <= 4 else None
+
+
+def _area_sum(frame: np.ndarray, axis: int, groups: tuple[int, int]) -> np.ndarray:
+    """Sum ``frame`` over the area groups along ``axis`` (0 or 1): exact integer sums of
+    uint8 frames (uint16 while they fit), float32 sums otherwise."""
+    copies, group = groups
+    if copies > 1:
+        frame = np.repeat(frame, copies, axis=axis)
+    shape = list(frame.shape)
+    shape[axis : axis + 1] = [shape[axis] // group, group]
+    exact = frame.dtype == np.uint8 and 255 * group <= np.iinfo(np.uint16).max
+    return frame.reshape(shape).sum(axis=axis + 1, dtype=np.uint16 if exact else np.float32)
+
+
 class GrayResize(gymnasium.ObservationWrapper, RecordConstructorArgs):
     """Grey-scale (ITU-R 601 luma) and area-resize image observations to ``height x width``
-    uint8 frames. Accepts ``(H, W, 3)`` RGB or ``(H, W)`` grey frames; needs no OpenCV
-    (the resize is two small matrix products, exact area averaging).
+    uint8 frames. Accepts ``(H, W, 3)`` RGB or ``(H, W)`` grey frames; needs no OpenCV.
+
+    Exact area averaging, like OpenCV's INTER_AREA: along an axis whose sizes have a small
+    ratio (Atari's 210 -> 84 rows: each row twice, groups of 5) as sums of uint8 cells,
+    otherwise (160 -> 84 columns) as a product with a weight matrix. A 210x160 Atari frame
+    takes ~45 us (two weight matrices: ~95 us).
 
     >>> import gymnasium
     >>> from gymnasium import spaces
@@ -567,8 +594,14 @@ class GrayResize(gymnasium.ObservationWrapper, RecordConstructorArgs):
             raise ValueError(
                 f"GrayResize needs (H, W), (H, W, 1) or (H, W, 3) frames, the env has {shape}"
             )
+        self._row_groups = _area_groups(shape[0], height)
+        self._column_groups = _area_groups(shape[1], width)
         self._rows = _area_weights(shape[0], height)
         self._columns_t = _area_weights(shape[1], width).T.copy()
+        # The group sums are divided once, at the end.
+        self._divisor = (self._row_groups[1] if self._row_groups else 1) * (
+            self._column_groups[1] if self._column_groups else 1
+        )
         self._luma = np.array([0.299, 0.587, 0.114], np.float32)
         self.observation_space = spaces.Box(0, 255, (height, width), np.uint8)
 
@@ -576,7 +609,16 @@ class GrayResize(gymnasium.ObservationWrapper, RecordConstructorArgs):
         frame = np.asarray(observation)
         if frame.ndim == 3:
             frame = frame[..., 0] if frame.shape[-1] == 1 else frame @ self._luma
-        resized = self._rows @ frame.astype(np.float32, copy=False) @ self._columns_t
+        if self._row_groups is None:
+            frame = self._rows @ frame.astype(np.float32, copy=False)
+        else:
+            frame = _area_sum(frame, 0, self._row_groups)
+        if self._column_groups is None:
+            resized = frame.astype(np.float32, copy=False) @ self._columns_t
+        else:
+            resized = _area_sum(frame, 1, self._column_groups).astype(np.float32, copy=False)
+        if self._divisor != 1:
+            resized /= self._divisor
         return np.clip(np.rint(resized), 0, 255).astype(np.uint8)
 
 

@@ -25,6 +25,7 @@ from batchenv.wrappers import (
     NoopReset,
     RandomStart,
     RangeNormalize,
+    _area_weights,
     make_atari,
 )
 from tests.atari_fakes import FakeAtari
@@ -602,6 +603,37 @@ def test_gray_resize_is_exact_area_averaging() -> None:
     resized = env.observation(frame)
     assert resized.dtype == np.uint8 and resized.shape == (84, 84)
     np.testing.assert_array_equal(resized, np.rint(expected).astype(np.uint8))
+
+
+@pytest.mark.parametrize(
+    "shape, size",
+    [
+        ((210, 160), (84, 84)),  # Atari: rows as group sums, columns through weights
+        ((210, 160, 3), (84, 84)),  # RGB: luma first, float sums
+        ((100, 30), (20, 12)),  # both axes as group sums (30 -> 12: each twice, groups of 5)
+        ((97, 61), (40, 17)),  # neither: two weight matrices
+    ],
+)
+def test_gray_resize_matches_float64_area_averaging(shape, size) -> None:
+    """Every pixel is the exact area average rounded to the nearest integer; only where
+    that average lies within 1e-3 of a .5 tie may float rounding pick the other side."""
+    rng = np.random.default_rng(1)
+    env = GrayResize(FakeAtari(shape=shape), width=size[1], height=size[0])
+    for _ in range(20):
+        frame = rng.integers(0, 256, shape, dtype=np.uint8)
+        grey = frame.astype(np.float64)
+        if grey.ndim == 3:
+            grey = grey @ np.array([0.299, 0.587, 0.114])
+        rows = _area_weights(shape[0], size[0]).astype(np.float64)
+        columns = _area_weights(shape[1], size[1]).astype(np.float64)
+        rows /= rows.sum(axis=1, keepdims=True)
+        columns /= columns.sum(axis=1, keepdims=True)
+        exact = rows @ grey @ columns.T
+        resized = env.observation(frame)
+        assert resized.shape == size and resized.dtype == np.uint8
+        off = resized != np.rint(exact)
+        assert np.all(np.abs(exact[off] % 1.0 - 0.5) < 1e-3), exact[off]
+        assert np.all(np.abs(resized.astype(np.float64) - exact) <= 0.5 + 1e-3)
 
 
 def test_gray_resize_luma_and_atari_shape() -> None:
