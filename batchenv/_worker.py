@@ -49,16 +49,12 @@ IDLE_CHECK_SECONDS = 0.5
 
 
 _LENGTH = struct.Struct("!i")  # the frame header of Connection.send_bytes
-_EMPTY_REPLY = _LENGTH.pack(0)
 
 
-def framed(payload: bytes) -> bytes:
-    """``payload`` framed as ``Connection.send_bytes`` frames a message under 2 GiB."""
-    return _LENGTH.pack(len(payload)) + payload
-
-
-def write_framed(fd: int, data: bytes) -> None:
-    """Write ``data`` (a framed message) to ``fd`` whole."""
+def write_message(fd: int, payload: bytes) -> None:
+    """Send ``payload`` on ``fd`` framed as ``Connection.send_bytes`` frames it
+    (a 4-byte length first), in one write when the socket takes it whole."""
+    data = _LENGTH.pack(len(payload)) + payload
     sent = os.write(fd, data)
     while sent < len(data):
         sent += os.write(fd, data[sent:])
@@ -257,10 +253,8 @@ class Worker:
                     write_ahead(rows[k], next_observ)
                     if info or next_info:
                         info = ("reset_ahead", info, next_info)
-                if shape is None:
-                    write_observ(rows[k], observ)
-                elif getattr(observ, "shape", None) != shape:
-                    block[2](observ)  # the writer's shape check: ValueError saying what
+                if shape is None or getattr(observ, "shape", None) != shape:
+                    write_observ(rows[k], observ)  # its shape check names what was expected
             except BaseException as error:
                 raise _EnvFailure(rows[k], error) from error
             observs.append(observ)
@@ -339,7 +333,7 @@ class Worker:
                     conn.send_bytes(error_reply(failure.row, failure.error))
                     continue
                 if infos is None:
-                    write_framed(fd, _EMPTY_REPLY)
+                    write_message(fd, b"")
                 else:
                     conn.send_bytes(_dump_infos(infos))
                 spin_after_step = self.spin > 0.0
@@ -454,8 +448,8 @@ def _dump_infos(infos: dict) -> bytes:
 
 
 def _observ_block(space, observ: list[np.ndarray], rows: list[int]):
-    """``(shape, block, check_shape)`` when this worker's observations can be written in
-    one assignment: a single float leaf (integer leaves need per-value range checks) and
+    """``(shape, block)`` when this worker's observations can be written in one
+    assignment: a single float leaf (integer leaves need per-value range checks) and
     consecutive rows; ``block`` is the view of those rows. None otherwise."""
     from batchenv import spaces as batch_spaces
 
@@ -465,15 +459,7 @@ def _observ_block(space, observ: list[np.ndarray], rows: list[int]):
     if rows != list(range(rows[0], rows[0] + len(rows))):
         return None
     shape = batch_spaces.leaf_layout(leaves[0])[0]
-
-    def check_shape(value) -> None:
-        if np.shape(value) != shape:
-            raise ValueError(
-                f"observation has shape {np.shape(value)} but the observation space "
-                f"{space} expects {shape}"
-            )
-
-    return shape, observ[0][rows[0] : rows[0] + len(rows)], check_shape
+    return shape, observ[0][rows[0] : rows[0] + len(rows)]
 
 
 def _get_env_attr(env, name: str, row: int):

@@ -76,6 +76,7 @@ class BatchEnv:
         self._all_rows = np.arange(self.num_envs)
         self._all_rows.flags.writeable = False
         self._resets_ahead = bool(getattr(_transport, "reset_ahead", False))
+        self._take_ready = getattr(_transport, "take_ready", None)
         self._pending: tuple[str, np.ndarray] | None = None
         self._closed = False
         self._broken: BaseException | None = None
@@ -124,12 +125,11 @@ class BatchEnv:
         """reset(indices) of rows whose workers already reset them after the step that
         ended their episodes: no round trip, nothing to wait for. None when some row was
         not reset ahead (or a call is pending): the caller takes the general path."""
-        take_ready = getattr(self._transport, "take_ready", None)
-        if take_ready is None or self._pending is not None:
+        if self._take_ready is None or self._pending is not None:
             return None
         self._check_usable("reset")
         rows = self._rows(indices)
-        taken = take_ready(rows)
+        taken = self._take_ready(rows)
         if taken is None:
             return None
         observ, raw = taken

@@ -26,7 +26,7 @@ from typing import Any
 import cloudpickle
 
 from batchenv._launch import WorkerProcess, start_worker
-from batchenv._worker import Readable, framed, read_message, spin_wait, write_framed
+from batchenv._worker import Readable, read_message, spin_wait, write_message
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -217,7 +217,7 @@ class ExternalProcess:
             )
         try:
             if type(request) is bytes:  # the one-byte step messages: framed by hand
-                write_framed(self._fd, framed(request))
+                write_message(self._fd, request)
             else:
                 self._conn.send_bytes(pickle.dumps(request))
         except OSError as error:

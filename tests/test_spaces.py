@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 from batchenv import spaces as batch_spaces
-from batchenv._worker import framed, read_message, write_framed
+from batchenv._worker import read_message, write_message
 
 BATCH = 4
 
@@ -120,7 +120,7 @@ def test_unflattener_matches_unflatten():
 
 def test_hand_framed_messages_are_connection_messages():
     """read_message reads what Connection.send_bytes wrote, exactly one message (a passed
-    file handle may follow on the socket), and Connection reads what write_framed wrote."""
+    file handle may follow on the socket), and Connection reads what write_message wrote."""
     ours, theirs = multiprocessing.Pipe()
     try:
         big = os.urandom(300_000)  # larger than a socket buffer: read in several parts
@@ -134,14 +134,14 @@ def test_hand_framed_messages_are_connection_messages():
 
         reader = multiprocessing.Process(target=_echo_big, args=(theirs,))
         reader.start()
-        write_framed(ours.fileno(), framed(big))
+        write_message(ours.fileno(), big)
         assert read_message(ours.fileno()) == big[::-1]
         reader.join(10)
         assert reader.exitcode == 0
 
-        write_framed(ours.fileno(), framed(b"S"))
+        write_message(ours.fileno(), b"S")
         assert theirs.recv_bytes() == b"S"
-        os.write(theirs.fileno(), framed(b"cut short")[:6])
+        os.write(theirs.fileno(), (9).to_bytes(4, "big") + b"cu")  # a frame cut short
         theirs.close()
         with pytest.raises(EOFError):
             read_message(ours.fileno())
