@@ -168,6 +168,10 @@ def _agent_forward(
                 f"got {tuple(inputs[key].shape)}"
             )
     dtype = head.policy.weight.dtype
+    if torch.is_autocast_enabled(frame.device.type):
+        # Straight to the dtype the first layer computes in: casting uint8 frames to float32
+        # first, then autocast casting them to bfloat16, made three full copies of the batch.
+        dtype = torch.get_autocast_dtype(frame.device.type)
     x = frame.reshape(time * batch, *observation_shape)
     # Channels-last (NHWC) frames, like the conv weights: convolutions and their gradients
     # run ~15-30% faster that way on CPU (and use tensor cores on GPU). Converting the uint8

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from batchenv.algorithms.impala import losses
-from batchenv.algorithms.impala.models import AtariNet, MLPAgent, ResNetAgent
+from batchenv.algorithms.impala.models import AtariNet, MLPAgent, ResNetAgent, forward_in
 
 NUM_ACTIONS = 3
 # Small frames keep the conv nets cheap; 36x36 is about the smallest the AtariNet convs take.
@@ -155,6 +155,19 @@ def test_conv_nets_run_channels_last_with_the_same_outputs_and_gradients(kind: s
     for out in outputs:
         out.sum().backward()
     torch.testing.assert_close(convs[0].weight.grad, reference.torso[0][0].weight.grad)
+
+
+@pytest.mark.parametrize("kind", ["atari", "resnet"])
+def test_bf16_uint8_frames_cast_straight_to_bfloat16_match_float32_scaling(kind: str) -> None:
+    """Under bf16 autocast uint8 frames go straight to bfloat16 (one copy instead of three);
+    every pixel value 0..255 must still scale to what float32 ``v / 255`` rounds to."""
+    agent = make_agent(kind, use_lstm=False).eval()
+    inputs = make_inputs(kind, T=2, B=3, uint8=True)
+    inputs["frame"].view(-1)[:256] = torch.arange(256, dtype=torch.uint8)
+    as_float = {**inputs, "frame": inputs["frame"].float() / 255.0}
+    outputs = [forward_in("bf16", agent, frames)[0] for frames in (inputs, as_float)]
+    assert torch.equal(outputs[0]["policy_logits"], outputs[1]["policy_logits"])
+    assert torch.equal(outputs[0]["baseline"], outputs[1]["baseline"])
 
 
 def test_reward_is_clipped() -> None:
