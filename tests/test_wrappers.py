@@ -25,6 +25,7 @@ from batchenv.wrappers import (
     NoopReset,
     RandomStart,
     RangeNormalize,
+    _area_taps,
     _area_weights,
     make_atari,
 )
@@ -634,6 +635,18 @@ def test_gray_resize_matches_float64_area_averaging(shape, size) -> None:
         off = resized != np.rint(exact)
         assert np.all(np.abs(exact[off] % 1.0 - 0.5) < 1e-3), exact[off]
         assert np.all(np.abs(resized.astype(np.float64) - exact) <= 0.5 + 1e-3)
+
+
+@pytest.mark.parametrize("size_in, size_out", [(160, 84), (97, 40), (61, 17), (10, 10), (7, 19)])
+def test_area_taps_hold_exactly_the_weight_matrix(size_in, size_out) -> None:
+    """The few (index, weight) taps per output cell rebuild the dense area-weight matrix."""
+    index, weight = _area_taps(size_in, size_out)
+    assert index.shape == weight.shape and index.shape[1] == size_out
+    dense = np.zeros((size_out, size_in), np.float32)
+    for t in range(len(index)):
+        np.add.at(dense, (np.arange(size_out), index[t]), weight[t])
+    np.testing.assert_array_equal(dense, _area_weights(size_in, size_out))
+    assert len(index) <= int(np.ceil(size_in / size_out)) + 1
 
 
 def test_gray_resize_luma_and_atari_shape() -> None:
