@@ -14,6 +14,8 @@ loop, then start-up time and memory (RSS and USS of all processes) at N=64.
 
     python benchmarks/batch_env_throughput.py                  # CartPole and HalfCheetah
     python benchmarks/batch_env_throughput.py --quick          # fewer sizes, shorter runs
+    python benchmarks/batch_env_throughput.py --envs CartPole-v1 --sizes 64 --rounds 5
+                                            # medians of 5 interleaved rounds, N=64 only
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import functools
 import os
 import platform
+import statistics
 import time
 
 import gymnasium as gym
@@ -101,6 +104,10 @@ def run_batch(env, n, actions, seconds):
         env.close()
 
 
+def run_made(env_id, n, workers, options, actions, seconds):
+    return run_batch(batchenv.make(env_id, n, workers, **options), n, actions, seconds)
+
+
 def run_vector(env_id, n, workers, actions, seconds):
     envs = BatchVectorEnv([functools.partial(gym.make, env_id)] * n, num_workers=workers)
     envs.reset(seed=0)
@@ -167,7 +174,15 @@ def main() -> None:
         default=None,
         help="comma-separated spin_us values for batchenv.make (default: make's default)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every method this many times, interleaved, and report the medians",
+    )
+    parser.add_argument("--sizes", default=None, help="comma-separated N to run (default: all)")
     args = parser.parse_args()
+    keep = None if args.sizes is None else {int(v) for v in args.sizes.split(",")}
     seconds = args.seconds or (0.5 if args.quick else 1.5)
     spins = [None] if args.spin_us is None else [float(v) for v in args.spin_us.split(",")]
     cores = len(os.sched_getaffinity(0))
@@ -188,20 +203,33 @@ def main() -> None:
         print(f"\n## {env_id}  (steps/s; ratios to gymnasium AsyncVectorEnv and to the plain loop)")
         print(f"{'N':>5} {'method':<14} {'steps/s':>12} {'x async':>8} {'x plain':>8}")
         for n in sizes.get(env_id, [16]):
+            if keep is not None and n not in keep:
+                continue
             actions = random_actions(space, n, 256)
-            results = {"plain": run_plain(env_id, n, actions, seconds)}
-            results["sync"] = run_gym_vector("sync", env_id, n, actions, seconds)
-            results["async"] = run_gym_vector("async", env_id, n, actions, seconds)
+            partial = functools.partial
+            methods = {
+                "plain": partial(run_plain, env_id, n, actions, seconds),
+                "sync": partial(run_gym_vector, "sync", env_id, n, actions, seconds),
+                "async": partial(run_gym_vector, "async", env_id, n, actions, seconds),
+            }
             if n <= 64:
-                results["per-env"] = run_per_env(env_id, n, actions, seconds)
+                methods["per-env"] = partial(run_per_env, env_id, n, actions, seconds)
             for workers in sorted({1, 2, cores, 4}):
                 for spin in spins:
                     if workers <= n:
                         options = {} if spin is None else {"spin_us": spin}
                         name = f"make/{workers}" + ("" if not spin else f"+s{spin:g}")
-                        env = batchenv.make(env_id, n, workers, **options)
-                        results[name] = run_batch(env, n, actions, seconds)
-            results[f"vector/{cores}"] = run_vector(env_id, n, cores, actions, seconds)
+                        methods[name] = partial(
+                            run_made, env_id, n, workers, options, actions, seconds
+                        )
+            methods[f"vector/{cores}"] = partial(run_vector, env_id, n, cores, actions, seconds)
+            # Rounds interleave the methods, so a slow spell of a shared host hits all of
+            # them alike; each method's figure is its median over the rounds.
+            rates: dict[str, list[float]] = {name: [] for name in methods}
+            for _ in range(args.rounds):
+                for name, run in methods.items():
+                    rates[name].append(run())
+            results = {name: statistics.median(values) for name, values in rates.items()}
             async_, plain = results["async"], results["plain"]
             for name, rate in results.items():
                 ratios = f"{rate / async_:>8.2f} {rate / plain:>8.2f}"
