@@ -12,6 +12,8 @@ processes; async: in one batchenv worker per actor thread, inference batched in-
     # issue 7: both modes at 8, 32 and 64 envs, on both envs
     flock /tmp/bench.lock python benchmarks/impala_throughput.py --env all \
         --modes sync,async --envs 8,32,64 --seconds 45 --warmup 10
+    # on a GPU machine: learning (and async inference) on the GPU
+    python benchmarks/impala_throughput.py --env all --modes sync,async --device cuda
 
 Anchors recorded on this machine (TorchBeast MonoBeast, 2 actors): CartPole-v1 with a 2x64
 MLP ~17.5k SPS, mean return rising ~60 -> 310-410 in 2 minutes; PongNoFrameskip-v4 with the
@@ -47,6 +49,7 @@ def run(name: str, mode: str, num_envs: int, args: argparse.Namespace) -> dict:
     from batchenv.algorithms.impala.async_mode import AsyncTrainer
     from batchenv.algorithms.impala.config import ImpalaConfig
     from batchenv.algorithms.impala.sync import SyncTrainer
+    from batchenv.algorithms.impala.trainer import resolve_device
     from batchenv.run_dir import RunDirectory
 
     anchor = ANCHORS[name]
@@ -66,6 +69,7 @@ def run(name: str, mode: str, num_envs: int, args: argparse.Namespace) -> dict:
         log_interval=5.0,
         torch_threads=args.torch_threads,
         precision=args.precision,
+        device=args.device,
         seed=args.seed,
     )
     prestart()  # the fork server imports torch once, before the clock starts
@@ -115,6 +119,7 @@ def run(name: str, mode: str, num_envs: int, args: argparse.Namespace) -> dict:
             "num_learner_threads": config.num_learner_threads,
             "total_steps": config.total_steps,
             "precision": config.precision,
+            "device": str(resolve_device(config.device)),
             "model": "2x64 MLP" if name == "cartpole" else "AtariNet (shallow)",
         },
         "seconds": round(end[0], 1),
@@ -174,7 +179,7 @@ def _print_run(report: dict, args: argparse.Namespace) -> None:
     print(
         f"\n{report['env']} {report['mode']} ({config['model']}, {args.num_actors} actors x "
         f"{config['envs_per_actor']} envs, T=80, B=8, 2 learner threads, "
-        f"{config['precision']}):"
+        f"{config['precision']}, {config['device']}):"
     )
     target = TARGET_ASYNC_RATIO if report["mode"] == "async" else TARGET_RATIO
     print(
@@ -250,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("fp32", "bf16"),
         default="fp32",
         help="model forward precision (bf16: torch.autocast; pays on AVX512-BF16/AMX CPUs, GPUs)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="learner (and async inference) device: cpu, cuda, cuda:N or auto",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--curves", default=str(Path(__file__).parent / "curves"))
