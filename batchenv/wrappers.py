@@ -599,7 +599,7 @@ class GrayResize(gymnasium.ObservationWrapper, RecordConstructorArgs):
     Exact area averaging, like OpenCV's INTER_AREA: along an axis whose sizes have a small
     ratio (Atari's 210 -> 84 rows: each row twice, groups of 5) as sums of uint8 cells,
     otherwise (160 -> 84 columns) as a weighted sum of the few cells each output cell
-    overlaps. A 210x160 grey Atari frame takes ~55 us (RGB ~115 us) on one core: there is no
+    overlaps. A 210x160 grey Atari frame takes ~60 us (RGB ~125 us) on one core: there is no
     BLAS call, so no BLAS threads spin beside the env (a matrix product per frame kept
     NumPy's threads busy on the other core: 2x the CPU of the frame itself).
 
