@@ -45,6 +45,8 @@ class BatchPPOConfig:
     """Number of envs stepped in lockstep (batch rows)."""
     eval_episodes: int = 30
     """Episodes per evaluation phase (mean actions, no learning)."""
+    eval_every: int = 0
+    """Training env steps between eval phases (0: after every round; always after the last)."""
 
     # Networks.
     policy_layers: tuple[int, ...] = (200, 100)
@@ -112,6 +114,7 @@ class BatchPPOConfig:
             self.chunk_length is None or self.chunk_length >= 1,
             "must be None or >= 1",
         )
+        _check(self, "eval_every", self.eval_every >= 0, "must be >= 0")
         _check(self, "init_std", self.init_std > 0, "must be > 0")
         _check(self, "learning_rate", self.learning_rate > 0, "must be > 0")
         _check(self, "discount", 0 < self.discount <= 1, "must be in (0, 1]")

@@ -7,7 +7,7 @@ Read top to bottom, like CleanRL's ``ppo.py``:
 3. rounds until ``config.steps`` training env steps are done, each round
    - a train phase of ``update_every * max_length`` env steps (sampled actions, learning),
    - an eval phase of ``ceil(eval_episodes / num_agents) * max_length`` lockstep steps
-     (mean actions, no learning),
+     (mean actions, no learning) after every round, or every ``eval_every`` train steps,
    each phase a plain loop over ``simulate()`` that starts with a forced reset of every row
    (and a reseed of the envs, so a phase's episodes depend only on the seed and the phase
    number);
@@ -86,8 +86,8 @@ def train(
         resume: continue the run in ``logdir`` from its checkpoint. ``config`` must equal
             the run's config except ``steps`` (which may grow) and ``device``.
         progress: show a tqdm progress bar (steps, steps/s, the latest eval score).
-        after_round: called as ``after_round(train_steps, eval_score)`` after every
-            round's checkpoint (to stop early, raise).
+        after_round: called as ``after_round(train_steps, eval_score)`` after the
+            checkpoint of every round that had an eval phase (to stop early, raise).
 
     Example:
         >>> config = PRESETS["pendulum"].replace(steps=12_000)
@@ -112,11 +112,11 @@ def train(
 
         # 2. The algorithm, restored from the checkpoint when resuming.
         algo = BatchPPO(env.single_observation_space, env.single_action_space, config)
-        counters = {"train_steps": 0, "eval_steps": 0, "rounds": 0}
+        counters = {"train_steps": 0, "eval_steps": 0, "rounds": 0, "evaluated_at": -1}
         scores: list[float] = []
         if checkpoint is not None:
             algo.load_state_dict(checkpoint["algorithm"])
-            counters = dict(checkpoint["counters"])
+            counters = {"evaluated_at": -1, **checkpoint["counters"]}
             scores = list(checkpoint["scores"])
             _set_rng_states(checkpoint["rng"])
         train_calls = math.ceil(config.update_every * config.max_length / env.num_envs)
@@ -140,20 +140,22 @@ def train(
             counters["train_steps"] += stats.pop("steps")
             run.log(counters["train_steps"], "train", **stats)
 
-            algo.eval_mode()
-            stats = run_phase(env, algo, eval_calls, phase_seed(config.seed, 2 * round_ + 1))
-            algo.train_mode()
-            counters["eval_steps"] += stats.pop("steps")
-            run.log(counters["train_steps"], "eval", **_eval_metrics(stats))
-            scores.append(stats["mean_score"])
+            if _eval_due(config, counters):
+                algo.eval_mode()
+                stats = run_phase(env, algo, eval_calls, phase_seed(config.seed, 2 * round_ + 1))
+                algo.train_mode()
+                counters["eval_steps"] += stats.pop("steps")
+                counters["evaluated_at"] = counters["train_steps"]
+                run.log(counters["train_steps"], "eval", **_eval_metrics(stats))
+                scores.append(stats["mean_score"])
             counters["rounds"] += 1
 
             # 4. Curve and checkpoint after every round.
             run.plot_curve()
             run.save_checkpoint(_checkpoint(algo, config, counters, scores))
-            if bar is not None:
+            if bar is not None and scores:
                 bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
-            if after_round is not None:
+            if after_round is not None and counters["evaluated_at"] == counters["train_steps"]:
                 after_round(counters["train_steps"], scores[-1])
         run.plot_curve()
         return scores
@@ -281,6 +283,16 @@ def _check_same_run(saved: BatchPPOConfig, config: BatchPPOConfig) -> None:
             "resume continues a run with its own config; only steps and device may change, "
             f"but these differ: {'; '.join(changed)}"
         )
+
+
+def _eval_due(config: BatchPPOConfig, counters: dict[str, int]) -> bool:
+    """An eval phase after this round: every round (eval_every 0), when the train steps
+    crossed a multiple of eval_every since the last one, and after the last round."""
+    done = counters["train_steps"]
+    if config.eval_every == 0 or done >= config.steps:
+        return True
+    last = max(counters["evaluated_at"], 0)
+    return done // config.eval_every > last // config.eval_every
 
 
 def _eval_metrics(stats: dict[str, float]) -> dict[str, float]:

@@ -113,6 +113,8 @@ class ImpalaConfig:
     # Housekeeping.
     log_interval: float = 5.0
     """Seconds between metrics rows (and progress bar updates)."""
+    log_every: int = 0
+    """Agent steps between metrics rows instead of log_interval seconds (0: by time)."""
     checkpoint_interval: float = 600.0
     """Seconds between checkpoints (one is always written at the end and on Ctrl-C)."""
     torch_threads: int = 1
@@ -133,6 +135,8 @@ class ImpalaConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ImpalaConfig.{name} must be a positive integer, got {value!r}")
+        if self.log_every < 0:
+            raise ValueError(f"ImpalaConfig.log_every must be >= 0, got {self.log_every!r}")
         if self.env_workers < 0:
             raise ValueError(f"ImpalaConfig.env_workers must be >= 0, got {self.env_workers!r}")
         if self.max_actor_restarts < 0:

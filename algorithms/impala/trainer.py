@@ -115,6 +115,8 @@ class Trainer:
         checkpoint: a checkpoint dict to resume from (``run_dir.load_checkpoint()``).
         progress: show a tqdm progress bar.
         record_unrolls: keep the id of every consumed unroll in the result.
+        on_log: called as ``on_log(step, row)`` with every metrics row that has a
+            ``mean_score`` (episodes finished since the previous row); raise to stop.
     """
 
     def __init__(
@@ -125,8 +127,10 @@ class Trainer:
         checkpoint: dict | None = None,
         progress: bool = False,
         record_unrolls: bool = False,
+        on_log: Callable[[int, dict[str, float]], None] | None = None,
     ):
         self.config = config
+        self.on_log = on_log
         self.constructor = env_constructor(env if env is not None else config.env)
         self.env_description = describe(env if env is not None else config.env)
         self.run_dir = run_dir
@@ -326,6 +330,7 @@ class Trainer:
                 )
             last_log = last_checkpoint = time.monotonic()
             log_step = self.step
+            next_log_step = self._next_log_step()
             while any(thread.is_alive() for thread in threads):
                 self._watch(0.1)
                 if self._errors:
@@ -335,9 +340,14 @@ class Trainer:
                 now = time.monotonic()
                 if bar is not None and self.step > bar.n:
                     bar.update(self.step - bar.n)
-                if now - last_log >= config.log_interval:
-                    self._log(returns, (self.step - log_step) / (now - last_log))
+                if (
+                    self.step >= next_log_step
+                    if config.log_every
+                    else now - last_log >= config.log_interval
+                ):
+                    self._log(returns, (self.step - log_step) / max(now - last_log, 1e-9))
                     last_log, log_step = now, self.step
+                    next_log_step = self._next_log_step()
                 if self.run_dir is not None and now - last_checkpoint >= config.checkpoint_interval:
                     self.run_dir.save_checkpoint(self.state_dict())
                     last_checkpoint = now
@@ -376,6 +386,10 @@ class Trainer:
             consumed_ids=list(self._consumed_ids),
         )
 
+    def _next_log_step(self) -> int:
+        every = self.config.log_every
+        return (self.step // every + 1) * every if every else 0
+
     def _log(self, returns: list[tuple[int, float]], sps: float) -> None:
         with self._learn_lock:
             finished, self._pending_returns = self._pending_returns, []
@@ -392,3 +406,5 @@ class Trainer:
         if self.run_dir is not None and (stats or finished):
             self.run_dir.log(step, "train", **row)
         logger.info("step %d: %s", step, row)
+        if self.on_log is not None and finished:
+            self.on_log(step, row)

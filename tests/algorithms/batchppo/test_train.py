@@ -89,9 +89,32 @@ def test_rounds_alternate_train_and_eval_and_write_the_run_directory(tmp_path):
     assert record["config"]["env"] == "batchenv.kernels:Pendulum"
     assert (tmp_path / "curve.png").stat().st_size > 0
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
-    assert checkpoint["counters"] == {"train_steps": 1600, "eval_steps": 1600, "rounds": 2}
+    assert checkpoint["counters"] == {
+        "train_steps": 1600,
+        "eval_steps": 1600,
+        "rounds": 2,
+        "evaluated_at": 1600,
+    }
     assert checkpoint["scores"] == scores
     assert config_from_run(tmp_path) == TINY.replace(steps=1600)
+
+
+def test_eval_every_runs_eval_phases_only_when_a_multiple_is_crossed(tmp_path):
+    # Rounds of 800 train steps; eval_every=1500 crosses a multiple at 1600 and 3200, and
+    # the last round (4000) always evaluates.
+    calls = []
+    scores = train(
+        TINY.replace(steps=4000, eval_every=1500),
+        logdir=tmp_path,
+        progress=False,
+        after_round=lambda steps, score: calls.append(steps),
+    )
+    rows = _rows(tmp_path)
+    evals = [int(row["step"]) for row in rows if row["phase"] == "eval"]
+    assert evals == [1600, 3200, 4000] and calls == evals and len(scores) == 3
+    assert [int(row["step"]) for row in rows if row["phase"] == "train"] == [
+        800, 1600, 2400, 3200, 4000
+    ]
 
 
 def test_last_train_phase_is_cut_to_the_step_budget(tmp_path):

@@ -56,6 +56,28 @@ def test_every_unroll_is_consumed_once() -> None:
     assert result.episodes > 0
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_log_every_writes_a_row_per_step_interval_and_calls_on_log(mode, tmp_path) -> None:
+    # Batches of 10 steps; log_interval is an hour, so every row but the final one comes
+    # from log_every: one at the first check at or past each multiple of 100 steps.
+    config = small_config(mode, total_steps=400, log_every=100, log_interval=3600.0)
+    seen = []
+    with RunDirectory(tmp_path, "impala", config, seed=0) as run:
+        TRAINERS[mode](
+            config,
+            env=functools.partial(CountingEnv, 10),
+            run_dir=run,
+            on_log=lambda step, row: seen.append((step, row["mean_score"])),
+        ).train()
+    lines = (tmp_path / "metrics.csv").read_text().split()[1:]
+    steps = [int(line.split(",")[0]) for line in lines]
+    assert steps[-1] == 400
+    buckets = [step // 100 for step in steps[:-1]]
+    assert len(buckets) >= 2 and buckets == sorted(set(buckets)) and buckets[0] >= 1
+    assert seen and {step for step, _ in seen} <= set(steps)
+    assert all(0.0 <= score <= 10.0 for _, score in seen)  # CountingEnv(10) returns
+
+
 def test_actors_can_step_their_envs_in_a_batchenv_worker_group() -> None:
     config = _config(num_actors=1, envs_per_actor=2, env_workers=1, total_steps=100)
     result = SyncTrainer(
