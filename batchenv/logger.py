@@ -56,10 +56,12 @@ class Logger:
         self.writer = _summary_writer(self.logdir) if tensorboard else None
         self._closed = False
 
-    def log(self, step: int, summaries: Mapping[str, Any]) -> None:
+    def log(self, step: int, summaries: Mapping[str, Any], tag_prefix: str = "") -> None:
         """Record the scalars in ``summaries`` (tensors or numbers) at ``step``.
 
-        String values (a ``phase`` label, say) are written to the CSV only.
+        String values (a ``phase`` label, say) are written to the CSV only. ``tag_prefix``
+        names the TensorBoard tags ``"<tag_prefix>/<name>"`` (so that, say, train and eval
+        values of ``mean_score`` are two curves, not one); the CSV columns stay ``<name>``.
         """
         if self._closed:
             raise ValueError(f"log() called on a closed Logger for {self.logdir}")
@@ -78,7 +80,8 @@ class Logger:
         if self.writer is not None:
             for name, value in values.items():
                 if not isinstance(value, str):
-                    self.writer.add_scalar(name, value, int(step))
+                    tag = f"{tag_prefix}/{name}" if tag_prefix else name
+                    self.writer.add_scalar(tag, value, int(step))
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         """Write the header and ``rows`` to a temporary file, then move it into place."""

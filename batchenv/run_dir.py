@@ -1,7 +1,8 @@
 """RunDirectory: everything one training run writes, in one folder.
 
     runs/batchppo-Pendulum-v1-20261122-101500/
-      config.json      the resolved config, the algorithm, the seed, the git commit, argv
+      config.json      the resolved config, the algorithm, the seed, the git commit and
+                       package version, argv
       metrics.csv      one row per log() call: step, wall_time, phase, then the metrics
       events.out.*     TensorBoard event files (when tensorboard is installed)
       curve.png        train and eval return vs env steps (matplotlib, when installed)
@@ -36,19 +37,56 @@ CURVE_NAME = "curve.png"
 
 
 def git_commit() -> str | None:
-    """The commit of the batchenv checkout this code runs from, if it is one."""
+    """The commit of batchenv this code runs from, or None when it cannot be known.
+
+    From a git checkout of batchenv (an editable install, ``pip install -e .``): ``git
+    rev-parse HEAD`` of that checkout. From a built package (``pip install .``, a wheel): the
+    commit setup.py recorded in ``batchenv/_build_info.py`` when it built the package from a
+    checkout (None when it was built from a source tree without git). Local changes that
+    were not committed are not recorded either way.
+    """
     here = Path(__file__).resolve().parent.parent
+    if (here / "setup.cfg").exists() and (here / "batchenv").is_dir():
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(here), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            pass
+        else:
+            if out.stdout.strip():
+                return out.stdout.strip()
+    return _build_commit()
+
+
+def _build_commit() -> str | None:
+    """The commit recorded at build time (``batchenv/_build_info.py``), if any."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
+        from batchenv import _build_info  # written by setup.py's build_py; not in git
+    except ImportError:
         return None
-    return out.stdout.strip() or None
+    return getattr(_build_info, "GIT_COMMIT", None) or None
+
+
+def package_version() -> str | None:
+    """The installed version of the batchenv package (its metadata), if installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("batchenv")
+    except PackageNotFoundError:
+        return None
+
+
+def default_path(algorithm: str, env_id: str = "") -> Path:
+    """``runs/<algorithm>-<env_id>-<YYYYmmdd-HHMMSS>``, the folder of a run given no path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = "-".join(filter(None, [algorithm, env_id.replace("/", "_").replace(":", "_"), stamp]))
+    return Path("runs") / name
 
 
 class RunDirectory:
@@ -77,11 +115,7 @@ class RunDirectory:
         if path is None:
             if resume:
                 raise ValueError("resume needs the path of an existing run directory")
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            name = "-".join(
-                filter(None, [algorithm, env_id.replace("/", "_").replace(":", "_"), stamp])
-            )
-            path = Path("runs") / name
+            path = default_path(algorithm, env_id)
         self.path = Path(path)
         if resume:
             if not (self.path / CONFIG_NAME).exists():
@@ -99,6 +133,7 @@ class RunDirectory:
                 "env_id": env_id,
                 "seed": seed,
                 "git_commit": git_commit(),
+                "batchenv_version": package_version(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "argv": sys.argv,
                 "config": _to_dict(config),
@@ -122,10 +157,15 @@ class RunDirectory:
         return self._wall_offset + time.perf_counter() - self._started
 
     def log(self, step: int, phase: str, **metrics: Any) -> None:
-        """One metrics row at env step ``step`` for ``phase`` ("train", "eval", ...)."""
+        """One metrics row at env step ``step`` for ``phase`` ("train", "eval", ...).
+
+        metrics.csv gets the columns ``wall_time``, ``phase`` and the metrics by their own
+        names; TensorBoard gets the tags ``<phase>/<name>`` (``train/mean_score``,
+        ``eval/mean_score``, ...), one curve per phase.
+        """
         row = {"wall_time": round(self.wall_time(), 3), "phase": phase}
         row.update(metrics)
-        self.logger.log(step, row)
+        self.logger.log(step, row, tag_prefix=phase)
 
     def save_checkpoint(self, state: dict) -> Path:
         """Write ``state`` with torch.save, atomically (a crash never leaves half a file)."""
