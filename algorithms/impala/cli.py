@@ -6,7 +6,7 @@ Implements the protocol at the top of batchenv/cli.py. Every ImpalaConfig field 
 
     batchenv train impala --env CartPole-v1 --mode sync --num-actors 2 --envs-per-actor 16 \\
         --steps 2000000 --logdir runs/impala-cartpole
-    batchenv train impala --logdir runs/impala-cartpole --resume --steps 4000000
+    batchenv train impala --resume runs/impala-cartpole --steps 4000000
     batchenv evaluate runs/impala-cartpole --episodes 10
 
 The run directory holds config.json, metrics.csv (phase column), TensorBoard events,
@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import typing
 from pathlib import Path
 
 from batchenv.algorithms.impala.config import ImpalaConfig, field_help
+from batchenv.run_dir import CHECKPOINT_NAME
 
 _FLAG_NAMES = {"total_steps": "steps"}
 
@@ -52,7 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--logdir", default=None, help="run directory (default runs/impala-ENV-TIME)"
     )
     parser.add_argument(
-        "--resume", action="store_true", help="continue the run in --logdir from its checkpoint"
+        "--resume",
+        metavar="RUN_DIR",
+        nargs="?",
+        const=True,
+        default=None,
+        help="continue this run from its checkpoint with its stored config (flags given "
+        "override it, --steps to train longer); the old form --logdir RUN_DIR --resume "
+        "still works",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     docs = field_help()
@@ -98,23 +107,41 @@ def train(args: argparse.Namespace) -> int:
     from batchenv.algorithms.impala.sync import SyncTrainer
     from batchenv.run_dir import RunDirectory
 
+    if args.resume is True:  # the old form: --logdir RUN_DIR --resume
+        if args.logdir is None:
+            print(
+                "batchenv train impala: --resume needs the run: --resume RUN_DIR", file=sys.stderr
+            )
+            return 2
+        print(
+            "batchenv train impala: note: --logdir RUN_DIR --resume is deprecated; "
+            "write --resume RUN_DIR",
+            file=sys.stderr,
+        )
+        args.resume, args.logdir = args.logdir, None
     try:
         if args.resume:
-            if args.logdir is None:
-                print("batchenv train impala: --resume needs --logdir RUN_DIR", file=sys.stderr)
-                return 2
-            run = RunDirectory(args.logdir, "impala", resume=True)
-            if run.record.get("algorithm") != "impala":
-                print(
-                    f"batchenv train impala: {args.logdir} is a "
-                    f"{run.record.get('algorithm')} run, not impala",
-                    file=sys.stderr,
+            if args.logdir is not None and Path(args.logdir) != Path(args.resume):
+                raise ValueError("--resume RUN_DIR continues RUN_DIR; leave out --logdir")
+            run_path = Path(args.resume)
+            if not (run_path / "config.json").exists():
+                raise FileNotFoundError(f"{run_path} is not a run directory (no config.json)")
+            record = json.loads((run_path / "config.json").read_text())
+            if record.get("algorithm") != "impala":
+                raise ValueError(f"{run_path} is a {record.get('algorithm')} run, not impala")
+            if not (run_path / CHECKPOINT_NAME).exists():
+                raise FileNotFoundError(
+                    f"{run_path} has no checkpoint yet, so there is nothing to resume; start "
+                    "a new run instead"
                 )
-                return 2
-            config = config_from_args(args, _stored_config(run.record))
-            checkpoint = run.load_checkpoint()
+            config = config_from_args(args, _stored_config(record))
         else:
             config = config_from_args(args)
+        preflight(config)
+        if args.resume:
+            run = RunDirectory(run_path, "impala", resume=True)
+            checkpoint = run.load_checkpoint()
+        else:
             run = RunDirectory(args.logdir, "impala", config, seed=config.seed, env_id=config.env)
             checkpoint = None
     except (ValueError, FileNotFoundError, FileExistsError) as error:
@@ -140,7 +167,8 @@ def train(args: argparse.Namespace) -> int:
             result = trainer.train()
         except KeyboardInterrupt:
             print(
-                f"\ninterrupted; checkpoint saved in {run.path} (resume with --resume)",
+                f"\ninterrupted; checkpoint saved in {run.path} (resume with batchenv train "
+                f"impala --resume {run.path}); it holds every learner step taken",
                 file=sys.stderr,
             )
             return 130
@@ -153,6 +181,24 @@ def train(args: argparse.Namespace) -> int:
         f"last mean return {last}, {result.actor_restarts} actor restarts; {run.path}"
     )
     return 0
+
+
+def preflight(config: ImpalaConfig) -> None:
+    """Checks before anything is created: the device, the env id and its extras (ValueError
+    with one line saying what to do); a warning on stderr when bf16 would be slow here."""
+    from batchenv.preflight import bf16_is_slow, check_device, check_gym_env
+
+    check_device(config.device)
+    if isinstance(config.env, str):
+        check_gym_env(config.env)
+    if config.precision == "bf16":
+        slow = bf16_is_slow(config.device)
+        if slow:
+            print(
+                f"batchenv train impala: warning: --precision bf16 asked for, but {slow}; "
+                "use --precision fp32",
+                file=sys.stderr,
+            )
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -213,3 +213,83 @@ def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(f"batchenv.algorithms.impala.{name}")
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_cli_resume_takes_the_run_directory(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    flags = ["--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "10",
+             "--batch-size", "2", "--no-progress"]  # fmt: skip
+    assert main(["train", "impala", "--steps", "200", "--logdir", str(run_dir), *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"run directory {run_dir}" in out and out.rstrip().endswith(str(run_dir))
+    assert main(["train", "impala", "--resume", str(run_dir), "--steps", "400", *flags]) == 0
+    captured = capsys.readouterr()
+    assert "done: 400 steps" in captured.out and "deprecated" not in captured.err
+    assert main(["train", "impala", "--logdir", str(run_dir), "--resume", "--steps", "600",
+                 *flags]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert "done: 600 steps" in captured.out
+    assert captured.err.startswith(
+        "batchenv train impala: note: --logdir RUN_DIR --resume is deprecated; write "
+        "--resume RUN_DIR\n"
+    )
+    assert main(["train", "impala", "--resume"]) == 2
+    assert capsys.readouterr().err == (
+        "batchenv train impala: --resume needs the run: --resume RUN_DIR\n"
+    )
+
+
+def test_cli_resume_of_a_run_without_checkpoint(tmp_path: Path, capsys) -> None:
+    from batchenv.algorithms.impala.config import ImpalaConfig
+    from batchenv.run_dir import RunDirectory
+
+    RunDirectory(tmp_path / "run", "impala", ImpalaConfig(), seed=0).close()
+    assert main(["train", "impala", "--resume", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        f"batchenv train impala: {tmp_path / 'run'} has no checkpoint yet, so there is "
+        "nothing to resume; start a new run instead\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0': expected a registered"),
+        (["--env", "PongNoFrameskip-v4"], "PongNoFrameskip-v4 is an Atari env and needs ale-py"),
+        (["--device", "cuda"], "device 'cuda' asked for, but this machine has"),
+    ],
+    ids=["unknown-env", "atari-without-ale-py", "cuda-without-cuda"],
+)
+def test_cli_failures_before_training_are_one_line(
+    tmp_path: Path, monkeypatch, capsys, argv, message
+) -> None:
+    import sys
+
+    import torch
+
+    if "cuda" in argv and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setitem(sys.modules, "ale_py", None)
+    assert main(["train", "impala", *argv, "--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"batchenv train impala: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_warns_when_bf16_is_slow(tmp_path: Path, monkeypatch, capsys) -> None:
+    from batchenv import preflight
+
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: {"avx2"})
+    flags = ["--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "10",
+             "--batch-size", "2", "--no-progress", "--steps", "40"]  # fmt: skip
+    argv = ["train", "impala", "--precision", "bf16", *flags, "--logdir", str(tmp_path / "a")]
+    assert main(argv) == 0
+    assert (
+        "batchenv train impala: warning: --precision bf16 asked for, but this CPU has "
+        "neither AVX512-BF16 nor AMX, so bf16 runs ~4x slower than fp32; use --precision fp32"
+        in capsys.readouterr().err
+    )
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: {"avx2", "amx_bf16"})
+    argv[-1] = str(tmp_path / "b")
+    assert main(argv) == 0
+    assert "warning" not in capsys.readouterr().err
