@@ -37,7 +37,10 @@ NAMED_OPTIONS = {
     "steps": "steps",
     "seed": "seed",
     "device": "device",
+    "threads": "torch_threads",
 }
+#: Fields a resumed run may change.
+RESUMABLE = ("steps", "device", "torch_threads")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,11 +84,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume",
         metavar="RUN_DIR",
+        nargs="?",
+        const=True,
         default=None,
-        help="continue this run from its checkpoint with its config (only --steps and "
-        "--device may change)",
+        help="continue this run from its checkpoint with its config (only --steps, --device "
+        "and --threads may change); the old form --logdir RUN_DIR --resume still works",
     )
-    _add_common(parser)
+    parser.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+    )
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,29 +103,74 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: seed + 1000)")
     parser.add_argument("--device", type=_field_value("device"), default=None)
-    _add_common(parser, progress=False)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of this process (default 1: fastest on small machines, where "
+        "the env workers need the other cores)",
+    )
 
 
 def train(args: argparse.Namespace) -> int:
-    """Run ``batchenv train batchppo``; the exit status."""
+    """Run ``batchenv train batchppo``; the exit status (130 after Ctrl-C)."""
+    from batchenv.preflight import check_device, check_gym_env
+    from batchenv.run_dir import CHECKPOINT_NAME, default_path
+
+    from .train import TrainingInterrupted
     from .train import train as run_training
 
+    if args.resume is True:  # the old form: --logdir RUN_DIR --resume
+        if args.logdir is None:
+            return _fail("train batchppo", ValueError("--resume needs the run: --resume RUN_DIR"))
+        print(
+            "batchenv train batchppo: note: --logdir RUN_DIR --resume is deprecated; "
+            "write --resume RUN_DIR",
+            file=sys.stderr,
+        )
+        args.resume, args.logdir = args.logdir, None
     try:
         config = make_config(args)
+        check_device(config.device)
+        if env_class(config.env) is None:
+            check_gym_env(config.env)
+        if args.resume and not (Path(args.resume) / CHECKPOINT_NAME).exists():
+            raise FileNotFoundError(
+                f"{args.resume} has no checkpoint yet (one is written after every round), "
+                "so there is nothing to resume; start a new run instead"
+            )
     except (ValueError, FileNotFoundError) as error:
         return _fail("train batchppo", error)
-    _set_threads(args.threads)
-    logdir = args.resume or args.logdir
+    logdir = Path(args.resume or args.logdir or default_path("batchppo", config.env))
     action = "resuming" if args.resume else "training"
-    print(f"batchppo: {action} on {config.env} for {config.steps:,} env steps", file=sys.stderr)
+    print(
+        f"batchppo: {action} on {config.env} for {config.steps:,} env steps; run directory "
+        f"{logdir}",
+        file=sys.stderr,
+    )
     try:
         scores = run_training(
             config, logdir=logdir, resume=bool(args.resume), progress=args.progress
         )
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         return _fail("train batchppo", error)
+    except TrainingInterrupted as stop:
+        print(
+            f"\ninterrupted; checkpoint saved in {stop.run_dir} (resume with batchenv train "
+            f"batchppo --resume {stop.run_dir}); it holds the last complete round, train "
+            f"step {stop.step:,}: the round in progress was dropped",
+            file=sys.stderr,
+        )
+        return 130
+    except KeyboardInterrupt:  # before the first round started: nothing to keep
+        print(
+            f"\ninterrupted before training started; {logdir} has no checkpoint (start "
+            "again without --resume)",
+            file=sys.stderr,
+        )
+        return 130
     final = f"{scores[-1]:.1f}" if scores else "none"
-    print(f"batchppo: done, {len(scores)} evaluations, final eval score {final}")
+    print(f"batchppo: done, {len(scores)} evaluations, final eval score {final}; {logdir}")
     return 0
 
 
@@ -157,10 +209,10 @@ def make_config(args: argparse.Namespace) -> BatchPPOConfig:
     if args.resume:
         from .train import config_from_run
 
-        if args.preset or args.overrides or set(named) - {"steps", "device"}:
+        if args.preset or args.overrides or set(named) - set(RESUMABLE):
             raise ValueError(
-                "--resume continues a run with its own config; only --steps and --device may "
-                "be given with it"
+                "--resume continues a run with its own config; only --steps, --device and "
+                "--threads may be given with it"
             )
         return config_from_run(args.resume).replace(**named)
     env = named.get("env", overrides.get("env"))
@@ -172,20 +224,6 @@ def make_config(args: argparse.Namespace) -> BatchPPOConfig:
 
 
 # --- helpers --------------------------------------------------------------------------------
-
-
-def _add_common(parser: argparse.ArgumentParser, progress: bool = True) -> None:
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch threads of this process (default 1: fastest on small machines, where "
-        "the env workers need the other cores)",
-    )
-    if progress:
-        parser.add_argument(
-            "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
-        )
 
 
 def _preset_name(name: str) -> str:

@@ -1,6 +1,7 @@
 """BatchPPOConfig: every BatchPPO setting in one typed, documented place, plus presets.
 
-Defaults are the batch-ppo v1.4 ``default()`` config (REFERENCE.md §1.5), with the
+Defaults are the batch-ppo v1.4 ``default()`` config (TF Agents, Hafner et al. 2017; see
+docs/batchppo.md), with the
 Pendulum task filled in; ``PRESETS`` holds the per-env configs of batch-ppo, with
 Gymnasium 1.x env ids. The CLI builds its options from this class:
 
@@ -93,6 +94,8 @@ class BatchPPOConfig:
     """Seed of network initialisation, action sampling and minibatch shuffling."""
     device: str = "cpu"
     """Torch device of the networks and the episode memory."""
+    torch_threads: int = 1
+    """torch threads during train() (restored after; 0 keeps torch's): 1 is fastest on 2 cores."""
 
     def __post_init__(self) -> None:
         for name in ("max_length", "steps", "num_agents", "eval_episodes"):
@@ -115,6 +118,7 @@ class BatchPPOConfig:
             "must be None or >= 1",
         )
         _check(self, "eval_every", self.eval_every >= 0, "must be >= 0")
+        _check(self, "torch_threads", self.torch_threads >= 0, "must be >= 0")
         _check(self, "init_std", self.init_std > 0, "must be > 0")
         _check(self, "learning_rate", self.learning_rate > 0, "must be > 0")
         _check(self, "discount", 0 < self.discount <= 1, "must be in (0, 1]")
@@ -255,4 +259,4 @@ PRESETS: dict[str, BatchPPOConfig] = {
     "ant": _preset("Ant-v5", 1000, 2e7),
     "humanoid": _preset("Humanoid-v5", 1000, 5e7, update_every=60),
 }
-"""The per-env configs of batch-ppo (REFERENCE.md §1.5), keyed by short name."""
+"""The per-env configs of batch-ppo v1.4 (docs/batchppo.md), keyed by short name."""

@@ -1,9 +1,11 @@
-"""train(): BatchPPO's training loop, alternating train and eval phases (REFERENCE.md §1.5).
+"""train(): BatchPPO's training loop, alternating train and eval phases.
 
-Read top to bottom, like CleanRL's ``ppo.py``:
+Read top to bottom, like CleanRL's ``ppo.py`` (the loop is batch-ppo's ``train.py``, see the
+BatchPPO page of the docs):
 
-1. the run directory (new, or reopened with its checkpoint when resuming);
-2. the env (:func:`~batchenv.algorithms.batchppo.envs.make_env`) and the algorithm;
+1. checks that create nothing (device, env id and its extras, a checkpoint to resume);
+2. the env (:func:`~batchenv.algorithms.batchppo.envs.make_env`), the run directory (new,
+   or reopened with its checkpoint when resuming) and the algorithm;
 3. rounds until ``config.steps`` training env steps are done, each round
    - a train phase of ``update_every * max_length`` env steps (sampled actions, learning),
    - an eval phase of ``ceil(eval_episodes / num_agents) * max_length`` lockstep steps
@@ -16,7 +18,15 @@ Read top to bottom, like CleanRL's ``ppo.py``:
    continues exactly where the last round ended.
 
 Env steps count every row (``num_agents`` per ``simulate()`` call); ``config.steps`` counts
-training steps only.
+training steps only. A run stops after the first lockstep step at or past ``config.steps``:
+its train steps are ``config.steps`` rounded up to a multiple of ``num_agents`` (200,010 for
+200,000 on 30 envs), so the last round's train phase may be shorter than the others. A train
+phase in which no episode finished and no update ran writes no metrics row (it would hold
+only NaN).
+
+Ctrl-C (KeyboardInterrupt) raises :class:`TrainingInterrupted` once the run directory holds
+the state after the last complete round (the starting state when no round completed); the
+round in progress is dropped and ``resume=True`` redoes it exactly.
 
     >>> from batchenv.algorithms.batchppo import PRESETS, train
     >>> config = PRESETS["cartpole"].replace(env="batchenv.kernels:CartPole", steps=20_000)
@@ -27,9 +37,12 @@ training steps only.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import random
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -41,13 +54,21 @@ import torch
 
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import in_graph_batch_env, simulate
-from batchenv.run_dir import RunDirectory
+from batchenv.preflight import check_device, check_gym_env
+from batchenv.run_dir import CHECKPOINT_NAME, RunDirectory
 
 from .algorithm import BatchPPO
 from .config import BatchPPOConfig
-from .envs import make_env, phase_seed, reseed
+from .envs import env_class, make_env, phase_seed, reseed
 
-__all__ = ["config_from_run", "evaluate", "run_phase", "train"]
+__all__ = [
+    "TrainingInterrupted",
+    "config_from_run",
+    "evaluate",
+    "run_episodes",
+    "run_phase",
+    "train",
+]
 
 ALGORITHM = "batchppo"
 
@@ -84,7 +105,8 @@ def train(
             to train on (closed by the caller); None builds ``config.env``.
         logdir: the run directory; None makes ``runs/batchppo-<env>-<time>``.
         resume: continue the run in ``logdir`` from its checkpoint. ``config`` must equal
-            the run's config except ``steps`` (which may grow) and ``device``.
+            the run's config except ``steps`` (which may grow), ``device`` and
+            ``torch_threads``. Raises FileNotFoundError when the run has no checkpoint yet.
         progress: show a tqdm progress bar (steps, steps/s, the latest eval score).
         after_round: called as ``after_round(train_steps, eval_score)`` after the
             checkpoint of every round that had an eval phase (to stop early, raise).
@@ -93,12 +115,24 @@ def train(
         >>> config = PRESETS["pendulum"].replace(steps=12_000)
         >>> scores = train(config, logdir="runs/pendulum-short")
     """
-    # 1. The env, and the run directory: a new one, or the old one with its checkpoint.
+    # 1. Checks that need nothing on disk, then the env and the run directory (a new one,
+    #    or the old one with its checkpoint).
+    check_device(config.device)
+    if env is None and env_class(config.env) is None:
+        check_gym_env(config.env)
     if resume:
         if logdir is None:
             raise ValueError("resume=True needs logdir, the run directory to continue")
         _check_same_run(config_from_run(logdir), config)
+        if not (Path(logdir) / CHECKPOINT_NAME).exists():
+            raise FileNotFoundError(
+                f"{logdir} has no checkpoint yet (one is written after every round), so "
+                "there is nothing to resume; start a new run instead"
+            )
     with contextlib.ExitStack() as cleanup:
+        if config.torch_threads:
+            cleanup.callback(torch.set_num_threads, torch.get_num_threads())
+            torch.set_num_threads(config.torch_threads)
         if env is None:
             env = make_env(config)
             cleanup.callback(env.close)
@@ -119,46 +153,85 @@ def train(
             counters = {"evaluated_at": -1, **checkpoint["counters"]}
             scores = list(checkpoint["scores"])
             _set_rng_states(checkpoint["rng"])
+        # What Ctrl-C saves before the first round of a new run ends: the starting state.
+        start = (
+            None
+            if checkpoint is not None
+            else copy.deepcopy(_checkpoint(algo, config, counters, scores))
+        )
         train_calls = math.ceil(config.update_every * config.max_length / env.num_envs)
         eval_calls = math.ceil(config.eval_episodes / env.num_envs) * config.max_length
         bar = _progress_bar(config.steps, counters["train_steps"], scores, progress)
         if bar is not None:
             cleanup.callback(bar.close)
 
-        # 3. Rounds of a train phase and an eval phase.
-        while counters["train_steps"] < config.steps:
-            round_ = counters["rounds"]
-            left = math.ceil((config.steps - counters["train_steps"]) / env.num_envs)
-            algo.train_mode()
-            stats = run_phase(
-                env,
-                algo,
-                min(train_calls, left),
-                phase_seed(config.seed, 2 * round_),
-                on_step=bar.update if bar else None,
-            )
-            counters["train_steps"] += stats.pop("steps")
-            run.log(counters["train_steps"], "train", **stats)
-
-            if _eval_due(config, counters):
-                algo.eval_mode()
-                stats = run_phase(env, algo, eval_calls, phase_seed(config.seed, 2 * round_ + 1))
+        # 3. Rounds of a train phase and an eval phase. A round is kept whole or not at
+        #    all: its metrics rows and its checkpoint are written together at its end, so
+        #    Ctrl-C (KeyboardInterrupt) keeps the last complete round and drops the one in
+        #    progress, and resume=True redoes that round exactly.
+        saved_step = counters["train_steps"]
+        try:
+            while counters["train_steps"] < config.steps:
+                round_ = counters["rounds"]
+                left = math.ceil((config.steps - counters["train_steps"]) / env.num_envs)
                 algo.train_mode()
-                counters["eval_steps"] += stats.pop("steps")
-                counters["evaluated_at"] = counters["train_steps"]
-                run.log(counters["train_steps"], "eval", **_eval_metrics(stats))
-                scores.append(stats["mean_score"])
-            counters["rounds"] += 1
+                stats = run_phase(
+                    env,
+                    algo,
+                    min(train_calls, left),
+                    phase_seed(config.seed, 2 * round_),
+                    on_step=bar.update if bar else None,
+                )
+                train_steps = counters["train_steps"] + stats.pop("steps")
+                rows = []
+                if stats["episodes"] or stats["updates"]:  # else an all-NaN row: none
+                    rows.append((train_steps, "train", stats))
 
-            # 4. Curve and checkpoint after every round.
-            run.plot_curve()
-            run.save_checkpoint(_checkpoint(algo, config, counters, scores))
-            if bar is not None and scores:
-                bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
-            if after_round is not None and counters["evaluated_at"] == counters["train_steps"]:
-                after_round(counters["train_steps"], scores[-1])
+                evaluated = _eval_due(config, {**counters, "train_steps": train_steps})
+                if evaluated:
+                    algo.eval_mode()
+                    stats = run_phase(
+                        env, algo, eval_calls, phase_seed(config.seed, 2 * round_ + 1)
+                    )
+                    algo.train_mode()
+                    counters["eval_steps"] += stats.pop("steps")
+                    counters["evaluated_at"] = train_steps
+                    rows.append((train_steps, "eval", _eval_metrics(stats)))
+                    scores.append(stats["mean_score"])
+                counters["train_steps"] = train_steps
+                counters["rounds"] += 1
+
+                # 4. Metrics, curve and checkpoint after every round (Ctrl-C waits for all).
+                with _interrupt_after():
+                    for step, phase, metrics in rows:
+                        run.log(step, phase, **metrics)
+                    run.plot_curve()
+                    run.save_checkpoint(_checkpoint(algo, config, counters, scores))
+                    saved_step = counters["train_steps"]
+                if bar is not None and scores:
+                    bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
+                if after_round is not None and evaluated:
+                    after_round(counters["train_steps"], scores[-1])
+        except KeyboardInterrupt:
+            if start is not None and not (run.path / CHECKPOINT_NAME).exists():
+                run.save_checkpoint(start)
+            raise TrainingInterrupted(run.path, saved_step) from None
         run.plot_curve()
         return scores
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`train`; ``run_dir`` holds a checkpoint at train step ``step``.
+
+    The checkpoint is the state after the last complete round (the starting state when
+    none completed); the round in progress is dropped, and ``train(..., resume=True)``
+    redoes it exactly.
+    """
+
+    def __init__(self, run_dir: Path, step: int):
+        super().__init__(f"interrupted; checkpoint at train step {step} in {run_dir}")
+        self.run_dir = Path(run_dir)
+        self.step = step
 
 
 def run_phase(
@@ -219,18 +292,26 @@ def evaluate(
     seed: int | None = None,
     device: str | None = None,
 ) -> dict[str, float]:
-    """Mean-action episodes of the latest checkpoint in ``run_dir``; the phase metrics.
+    """Exactly ``episodes`` mean-action episodes of the latest checkpoint in ``run_dir``.
 
-    Runs ``ceil(episodes / num_agents) * max_length`` lockstep steps (defaults: the run's
-    ``eval_episodes`` and ``num_agents``) on envs seeded with ``seed`` (default: the run's
-    seed + 1000, unlike any training phase).
+    ``min(num_agents, episodes)`` envs (defaults: the run's ``eval_episodes`` and
+    ``num_agents``) seeded with ``seed`` (default: the run's seed + 1000, unlike any
+    training phase) play the episodes in lockstep: env ``i`` plays its first
+    ``ceil((episodes - i) / envs)`` episodes, so no env's later (or shorter) episodes are
+    favoured. Returns ``mean_score``, ``mean_length``, ``episodes``, ``steps`` and
+    ``steps_per_s``.
 
         >>> evaluate("runs/cartpole", episodes=10)["mean_score"]
         500.0
     """
     overrides = {"device": device} if device else {}
     saved = config_from_run(run_dir)
-    config = saved.replace(num_agents=num_agents or saved.num_agents, **overrides)
+    episodes = saved.eval_episodes if episodes is None else episodes
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    rows = min(num_agents or saved.num_agents, episodes)
+    config = saved.replace(num_agents=rows, **overrides)
+    check_device(config.device)
     run = RunDirectory(run_dir, ALGORITHM, resume=True, tensorboard=False)
     try:
         checkpoint = run.load_checkpoint()
@@ -245,11 +326,59 @@ def evaluate(
         if state["num_rows"] is not None and state["num_rows"] != env.num_envs:
             state.update(num_rows=None, memory=None, recurrent_state=None, last_params=None)
         algo.load_state_dict(state)
-        calls = math.ceil((episodes or config.eval_episodes) / env.num_envs) * config.max_length
         seed = config.seed + 1000 if seed is None else seed
-        return run_phase(env, algo.eval_mode(), calls, seed)
+        return run_episodes(env, algo.eval_mode(), episodes, seed, config.max_length)
     finally:
         env.close()
+
+
+def run_episodes(
+    env: InGraphBatchEnv, algo: BatchPPO, episodes: int, seed: int | None, max_length: int
+) -> dict[str, float]:
+    """Exactly ``episodes`` episodes from a forced reset, env ``i`` playing its first
+    ``ceil((episodes - i) / num_envs)``; their mean return and length.
+
+    Every episode ends within ``max_length`` steps (the time limit), which bounds the loop;
+    an env that runs past it raises RuntimeError.
+    """
+    env = in_graph_batch_env(env)
+    if seed is not None and not reseed(env, seed):
+        name = type(env.env).__name__
+        warnings.warn(f"cannot seed {name} (it has no seed(seed) method)", stacklevel=2)
+    num = env.num_envs
+    quota = torch.tensor([(episodes - row + num - 1) // num for row in range(num)])
+    taken = torch.zeros(num, dtype=torch.int64)
+    length = torch.zeros(num, dtype=torch.int64)
+    scores: list[float] = []
+    lengths: list[int] = []
+    limit = int(quota.max()) * max_length
+    started = time.perf_counter()
+    calls = 0
+    while bool((taken < quota).any()):
+        if calls >= limit:
+            raise RuntimeError(
+                f"{int((quota - taken).clamp(min=0).sum())} of {episodes} episodes did not "
+                f"end within {limit} steps; is max_length={max_length} the env's time limit?"
+            )
+        done, score, _ = simulate(env, algo, reset=calls == 0)
+        calls += 1
+        done = done.cpu()
+        length += 1
+        counted = done & (taken < quota)
+        if bool(counted.any()):
+            per_row = score.detach().cpu().reshape(num, -1).mean(1)
+            scores.extend(per_row[counted].tolist())
+            lengths.extend(length[counted].tolist())
+        taken += done.to(torch.int64)
+        length[done] = 0
+    seconds = time.perf_counter() - started
+    return {
+        "mean_score": float(np.mean(scores)),
+        "mean_length": float(np.mean(lengths)),
+        "episodes": len(scores),
+        "steps": calls * num,
+        "steps_per_s": calls * num / max(seconds, 1e-9),
+    }
 
 
 def config_from_run(run_dir: str | Path) -> BatchPPOConfig:
@@ -271,18 +400,36 @@ def config_from_run(run_dir: str | Path) -> BatchPPOConfig:
 
 
 def _check_same_run(saved: BatchPPOConfig, config: BatchPPOConfig) -> None:
-    """A resumed run may only change ``steps`` and ``device``."""
+    """A resumed run may only change ``steps``, ``device`` and ``torch_threads``."""
     changed = [
         f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
         for field in dataclasses.fields(BatchPPOConfig)
-        if field.name not in ("steps", "device")
+        if field.name not in ("steps", "device", "torch_threads")
         and getattr(saved, field.name) != getattr(config, field.name)
     ]
     if changed:
         raise ValueError(
-            "resume continues a run with its own config; only steps and device may change, "
+            "resume continues a run with its own config; only steps, device and torch_threads "
+            "may change, "
             f"but these differ: {'; '.join(changed)}"
         )
+
+
+@contextlib.contextmanager
+def _interrupt_after():
+    """Hold Ctrl-C (SIGINT) back until the block ends, then raise KeyboardInterrupt; in the
+    main thread only (elsewhere Python delivers no signals anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _eval_due(config: BatchPPOConfig, counters: dict[str, int]) -> bool:

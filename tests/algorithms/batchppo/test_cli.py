@@ -21,12 +21,13 @@ from batchenv.algorithms.batchppo.train import METRICS
 from batchenv.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
-# A few hundred steps: 4 Pendulum envs, a train phase of 2 episodes' worth (400 steps).
+# A few hundred steps: 4 Pendulum envs, a train phase of 4 episodes' worth (800 steps: each
+# env finishes one episode, so every train phase makes an update and has a metrics row).
 SMALL = [
     "--num-envs",
     "4",
     "--set",
-    "update_every=2",
+    "update_every=4",
     "eval_episodes=4",
     "policy_layers=16,16",
     "value_layers=16,16",
@@ -63,16 +64,16 @@ def _assert_run_directory(run_dir: Path, env: str, steps: list[int]) -> None:
 def test_train_resume_and_evaluate_in_process(tmp_path, capsys):
     run = tmp_path / "run"
     args = ["train", "batchppo", "--env", "Pendulum-v1", *SMALL]
-    assert main([*args, "--steps", "400", "--logdir", str(run)]) == 0
-    _assert_run_directory(run, "Pendulum-v1", [400, 400])
+    assert main([*args, "--steps", "800", "--logdir", str(run)]) == 0
+    _assert_run_directory(run, "Pendulum-v1", [800, 800])
     assert "final eval score" in capsys.readouterr().out
 
-    resume = ["train", "batchppo", "--resume", str(run), "--steps", "800", "--no-progress"]
+    resume = ["train", "batchppo", "--resume", str(run), "--steps", "1600", "--no-progress"]
     assert main(resume) == 0
-    _assert_run_directory(run, "Pendulum-v1", [400, 400, 800, 800])
+    _assert_run_directory(run, "Pendulum-v1", [800, 800, 1600, 1600])
 
-    whole = tmp_path / "whole"  # the same 800 steps without a break
-    assert main([*args, "--steps", "800", "--logdir", str(whole)]) == 0
+    whole = tmp_path / "whole"  # the same 1600 steps without a break
+    assert main([*args, "--steps", "1600", "--logdir", str(whole)]) == 0
     assert _without_timing(_rows(run)) == _without_timing(_rows(whole))
 
     capsys.readouterr()
@@ -85,14 +86,18 @@ def test_train_in_a_subprocess(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "batchenv.cli", "train", "batchppo"]
-    command += ["--env", "batchenv.kernels:Pendulum", "--steps", "400", *SMALL]
+    command += ["--env", "batchenv.kernels:Pendulum", "--steps", "800", *SMALL]
     done = subprocess.run(
         [*command, "--logdir", str(run)], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.returncode == 0, done.stderr
-    assert "batchppo: training on batchenv.kernels:Pendulum for 400 env steps" in done.stderr
+    assert (
+        f"batchppo: training on batchenv.kernels:Pendulum for 800 env steps; run directory {run}"
+        in done.stderr
+    )
+    assert done.stdout.rstrip().endswith(f"; {run}")  # and where it went, at the end
     assert re.search(r"final eval score -?\d+\.\d", done.stdout)
-    _assert_run_directory(run, "batchenv.kernels:Pendulum", [400, 400])
+    _assert_run_directory(run, "batchenv.kernels:Pendulum", [800, 800])
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -206,8 +211,125 @@ def test_resume_errors(tmp_path, capsys):
     assert main([*argv, "--logdir", str(run)]) == 0
     capsys.readouterr()
     assert main(["train", "batchppo", "--resume", str(run), "--num-envs", "8"]) == 2
-    assert "only --steps and --device may be given with it" in capsys.readouterr().err
+    assert "only --steps, --device and --threads may be given with it" in capsys.readouterr().err
     assert main(["train", "batchppo", "--resume", str(tmp_path / "nothing")]) == 2
     assert "is not a run directory (no config.json)" in capsys.readouterr().err
     assert main([*argv, "--logdir", str(run)]) == 2
     assert "already holds a run; pass resume=True (--resume)" in capsys.readouterr().err
+
+
+def test_threads_sets_the_config_field():
+    assert batchppo_cli.make_config(_parse()).torch_threads == 1
+    assert batchppo_cli.make_config(_parse("--threads", "3")).torch_threads == 3
+
+
+def test_resume_forms_and_a_run_without_checkpoint(tmp_path, capsys):
+    from batchenv.run_dir import RunDirectory
+
+    run = tmp_path / "run"
+    RunDirectory(run, "batchppo", PRESETS["pendulum"], seed=0).close()  # no round finished
+    assert main(["train", "batchppo", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"batchenv train batchppo: error: {run} has no checkpoint yet (one is written after "
+        "every round), so there is nothing to resume; start a new run instead\n"
+    )
+    assert "resuming" not in err
+    assert main(["train", "batchppo", "--logdir", str(run), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "note: --logdir RUN_DIR --resume is deprecated; write --resume RUN_DIR" in err
+    assert "has no checkpoint yet" in err
+    assert main(["train", "batchppo", "--resume"]) == 2
+    assert capsys.readouterr().err == (
+        "batchenv train batchppo: error: --resume needs the run: --resume RUN_DIR\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "cuda"], "device 'cuda' asked for, but this machine has"),
+        (["--env", "ALE/Pong-v5"], "ALE/Pong-v5 is an Atari env and needs ale-py: pip install"),
+    ],
+    ids=["cuda-without-cuda", "atari-without-ale-py"],
+)
+def test_failures_before_training_are_one_line(tmp_path, monkeypatch, argv, message, capsys):
+    if "cuda" in argv and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setitem(sys.modules, "ale_py", None)
+    assert main(["train", "batchppo", *argv, "--logdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"batchenv train batchppo: error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def _wait_for(path: Path, process: subprocess.Popen, seconds: float) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no {path} after {seconds} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("when", ["after-a-round", "in-the-first-round"])
+def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path, when):
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "batchenv.cli", "train", "batchppo"]
+    command += ["--env", "batchenv.kernels:Pendulum", "--steps", "1e7", *SMALL]
+    if when == "in-the-first-round":  # a long first round (~10 s)
+        command += ["--set", "update_every=400"]
+    process = subprocess.Popen(
+        [*command, "--logdir", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        if when == "after-a-round":
+            _wait_for(run / "checkpoint.pt", process, 60)
+        else:
+            _wait_for(run / "metrics.csv", process, 60)
+            time.sleep(2.0)  # past the run directory's creation, into the first round
+        process.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert time.monotonic() - started < 10
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    assert (
+        f"interrupted; checkpoint saved in {run} (resume with batchenv train batchppo "
+        f"--resume {run}); it holds the last complete round, train step" in err
+    )
+    checkpoint = torch.load(run / "checkpoint.pt", weights_only=False)
+    rows = _rows(run)
+    steps = checkpoint["counters"]["train_steps"]
+    assert steps == (int(rows[-1]["step"]) if rows else 0)
+    assert f"train step {steps:,}: the round in progress was dropped" in err
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "batchenv.cli",
+            "train",
+            "batchppo",
+            "--resume",
+            str(run),
+            "--steps",
+            str(steps + 800),
+            "--no-progress",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(_rows(run)[-1]["step"]) == steps + 800

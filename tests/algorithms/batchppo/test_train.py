@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import math
 
@@ -113,13 +114,27 @@ def test_eval_every_runs_eval_phases_only_when_a_multiple_is_crossed(tmp_path):
     evals = [int(row["step"]) for row in rows if row["phase"] == "eval"]
     assert evals == [1600, 3200, 4000] and calls == evals and len(scores) == 3
     assert [int(row["step"]) for row in rows if row["phase"] == "train"] == [
-        800, 1600, 2400, 3200, 4000
+        800,
+        1600,
+        2400,
+        3200,
+        4000,
     ]
 
 
-def test_last_train_phase_is_cut_to_the_step_budget(tmp_path):
+def test_last_train_phase_is_cut_to_the_step_budget_and_writes_no_empty_row(tmp_path):
+    # 900 steps: a whole round (800), then 25 lockstep calls in which no episode ends and
+    # no update runs; that phase writes no (all-NaN) train row, its eval phase does.
     train(TINY.replace(steps=900), logdir=tmp_path, progress=False)
-    assert [int(row["step"]) for row in _rows(tmp_path)] == [800, 800, 900, 900]
+    rows = _rows(tmp_path)
+    assert [(int(row["step"]), row["phase"]) for row in rows] == [
+        (800, "train"),
+        (800, "eval"),
+        (900, "eval"),
+    ]
+    assert all(row["mean_score"] and row["mean_score"] != "nan" for row in rows)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert checkpoint["counters"]["train_steps"] == 900
 
 
 @pytest.mark.parametrize(
@@ -165,7 +180,7 @@ def test_resume_continues_bit_identically(tmp_path, config):
 def test_resume_may_extend_steps_but_not_change_the_config(tmp_path):
     train(TINY, logdir=tmp_path, progress=False)
     with pytest.raises(
-        ValueError, match=r"only steps and device may change.*discount: 0.995 -> 0.9"
+        ValueError, match=r"only steps, device and torch_threads may change.*discount: 0.995 -> 0.9"
     ):
         train(TINY.replace(discount=0.9), logdir=tmp_path, resume=True)
     scores = train(TINY.replace(steps=1600), logdir=tmp_path, resume=True, progress=False)
@@ -264,3 +279,112 @@ def test_learns_in_graph_cartpole(tmp_path):
     scores = train(config, logdir=tmp_path, progress=False)
     # A random policy balances about 22 steps; 500 is the limit.
     assert len(scores) == 4 and scores[-1] >= 450, scores
+
+
+def test_interrupt_mid_round_keeps_the_last_complete_round_and_resume_repeats_it(
+    tmp_path, monkeypatch
+):
+    train_module = importlib.import_module("batchenv.algorithms.batchppo.train")
+
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    config = TINY.replace(steps=1600)
+    train(config, logdir=whole, progress=False)
+
+    real, calls = train_module.run_phase, []
+
+    def interrupted_phase(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # the eval phase of round 2: after its train phase
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "run_phase", interrupted_phase)
+    with pytest.raises(train_module.TrainingInterrupted) as stop:
+        train(config, logdir=parts, progress=False)
+    assert isinstance(stop.value, KeyboardInterrupt)
+    assert stop.value.step == 800 and stop.value.run_dir == parts
+    checkpoint = torch.load(parts / "checkpoint.pt", weights_only=False)
+    assert checkpoint["counters"]["train_steps"] == 800
+    assert [int(row["step"]) for row in _rows(parts)] == [800, 800]  # round 2: no rows
+
+    monkeypatch.setattr(train_module, "run_phase", real)
+    train(config, logdir=parts, resume=True, progress=False)
+    timing = ("wall_time", "steps_per_s")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]  # noqa: E731
+    assert strip(_rows(parts)) == strip(_rows(whole))
+
+
+def test_interrupt_in_the_first_round_saves_the_starting_state(tmp_path, monkeypatch):
+    train_module = importlib.import_module("batchenv.algorithms.batchppo.train")
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "run_phase", interrupt)
+    with pytest.raises(train_module.TrainingInterrupted) as stop:
+        train(TINY, logdir=tmp_path / "run", progress=False)
+    assert stop.value.step == 0
+    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert checkpoint["counters"]["train_steps"] == 0 and checkpoint["scores"] == []
+    monkeypatch.undo()
+    fresh = train(TINY, logdir=tmp_path / "fresh", progress=False)
+    assert train(TINY, logdir=tmp_path / "run", resume=True, progress=False) == fresh
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    from batchenv.run_dir import RunDirectory
+
+    RunDirectory(tmp_path / "run", "batchppo", TINY, seed=0).close()  # died in round 1
+    with pytest.raises(FileNotFoundError) as error:
+        train(TINY, logdir=tmp_path / "run", resume=True, progress=False)
+    assert str(error.value) == (
+        f"{tmp_path / 'run'} has no checkpoint yet (one is written after every round), so "
+        "there is nothing to resume; start a new run instead"
+    )
+
+
+def test_train_uses_the_configured_torch_threads_and_restores_them(tmp_path):
+    seen = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train(
+            TINY.replace(torch_threads=1),
+            logdir=tmp_path / "one",
+            progress=False,
+            after_round=lambda steps, score: seen.append(torch.get_num_threads()),
+        )
+        assert seen == [1] and torch.get_num_threads() == 2
+        train(
+            TINY.replace(torch_threads=0),
+            logdir=tmp_path / "keep",
+            progress=False,
+            after_round=lambda steps, score: seen.append(torch.get_num_threads()),
+        )
+        assert seen == [1, 2]
+    finally:
+        torch.set_num_threads(before)
+    assert BatchPPOConfig().torch_threads == 1
+
+
+def test_evaluate_runs_exactly_the_episodes_asked(tmp_path):
+    train(TINY, logdir=tmp_path, progress=False)
+    for episodes, num_agents in [(5, 4), (3, 4), (8, None)]:
+        stats = evaluate(tmp_path, episodes=episodes, num_agents=num_agents)
+        assert stats["episodes"] == episodes and stats["mean_length"] == 200.0
+    with pytest.raises(ValueError, match="^episodes must be >= 1, got 0$"):
+        evaluate(tmp_path, episodes=0)
+
+
+def test_bad_device_and_env_fail_before_anything_is_made(tmp_path, monkeypatch):
+    import sys
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError) as error:
+            train(TINY.replace(device="cuda"), logdir=tmp_path / "run", progress=False)
+        assert "use --device cpu" in str(error.value)
+    monkeypatch.setitem(sys.modules, "mujoco", None)
+    with pytest.raises(ValueError) as error:
+        train(TINY.replace(env="HalfCheetah-v5"), logdir=tmp_path / "run", progress=False)
+    assert str(error.value) == 'HalfCheetah-v5 needs the mujoco package: pip install -e ".[mujoco]"'
+    assert not (tmp_path / "run").exists()
