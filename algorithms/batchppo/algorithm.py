@@ -14,7 +14,7 @@ The four callbacks ``simulate()`` drives, in reading order:
 An update (``_update``) normalises the stored raw episodes with the current statistics,
 computes Monte-Carlo returns (or GAE) with truncated episodes bootstrapped from
 ``V(next_observ)``, then runs ``update_epochs`` passes of the penalised PPO loss plus the
-value loss with one Adam, and finally adapts the KL penalty beta (REFERENCE.md §1.5).
+value loss with one Adam, and finally adapts the KL penalty beta (batch-ppo v1.4; docs/batchppo.md).
 
     >>> import gymnasium as gym
     >>> env = gym.make("Pendulum-v1")

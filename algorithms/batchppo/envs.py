@@ -3,7 +3,7 @@
 ``make_env(config)`` reads ``config.env``:
 
 - a Gymnasium id (``"Pendulum-v1"``): ``config.num_agents`` envs in worker processes
-  (:func:`batchenv.make`), each built in batch-ppo's wrapper order (REFERENCE.md §1.4):
+  (:func:`batchenv.make`), each built in batch-ppo's wrapper order (docs/batchppo.md):
   ``gymnasium.make(id, max_episode_steps=config.max_length)`` (the time limit is Gymnasium
   truncation), then :class:`~batchenv.wrappers.RangeNormalize` and
   :class:`~batchenv.wrappers.ClipAction` when ``config.normalize_ranges``, then

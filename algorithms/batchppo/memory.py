@@ -1,7 +1,8 @@
 """EpisodeMemory: each row's running episode, and the finished episodes awaiting an update.
 
 Episodes are stored raw (unnormalised), padded to ``max_length`` steps, with a length vector
-(REFERENCE.md §1.5). Per step a row keeps its observation, action, reward and the behaviour
+(batch-ppo v1.4; docs/batchppo.md). Per step a row keeps its observation, action, reward
+and the behaviour
 policy's distribution parameters; per finished episode the memory also keeps whether it was
 truncated (time limit) and its last next-observation, to bootstrap truncated episodes.
 

@@ -1,6 +1,6 @@
 """BatchPPO networks: a policy (MLP torso, optional GRU, Gaussian or categorical head) and a
 separate value MLP, as in batch-ppo's ``feed_forward_gaussian`` / ``recurrent_gaussian`` /
-``feed_forward_categorical`` (REFERENCE.md §1.5).
+``feed_forward_categorical`` (batch-ppo v1.4; docs/batchppo.md).
 
 A policy maps observations to a flat *parameter* tensor ``[..., P]`` that fully describes the
 action distribution: ``cat(mean, std)`` for the Gaussian head, the logits for the categorical

@@ -1,6 +1,7 @@
 """StreamingNormalize: running mean and variance of a stream of batches (Welford / Chan).
 
-BatchPPO keeps two (REFERENCE.md §1.5): observations are centred and scaled, then clipped
+BatchPPO keeps two (batch-ppo v1.4; docs/batchppo.md): observations are centred and scaled,
+then clipped
 to ±5; rewards are only scaled, then clipped to ±10. The statistics are float64 buffers of
 an ``nn.Module``, so they travel in ``state_dict()``. As in batch-ppo, the variance is the
 unbiased sample variance, ``std = sqrt(var + 1e-4)``, and values are only scaled once two

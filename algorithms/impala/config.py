@@ -1,6 +1,7 @@
 """ImpalaConfig: every IMPALA setting in one typed, documented place.
 
-Defaults are TorchBeast MonoBeast's flags (REFERENCE.md §2.1): RMSprop with lr 4.8e-4
+Defaults are TorchBeast MonoBeast's flags (Küttler et al. 2019; docs/impala.md): RMSprop
+with lr 4.8e-4
 decayed linearly to 0, alpha 0.99, eps 0.01, momentum 0, gradient-norm clip 40, entropy
 cost 6e-4, baseline cost 0.5, discount 0.99, rewards clipped to [-1, 1], unroll 80, batch 8,
 2 learner threads, 4 actors, ``num_buffers = max(2 * actors, batch)``. The command line is

@@ -1,6 +1,6 @@
 """The Algorithm protocol: what a researcher writes, as four batched methods.
 
-``simulate()`` calls them in this order on every step (REFERENCE.md §1.3):
+``simulate()`` calls them in this order on every step (docs/concepts.md):
 
 - ``begin_episodes(agent_indices)`` — rows ``agent_indices`` (int64 ``[K]``, K >= 1) start a
   new episode now (their env was just reset);

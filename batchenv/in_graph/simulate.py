@@ -1,4 +1,4 @@
-"""simulate(): one lockstep step of a batch of envs and an algorithm (REFERENCE.md §1.3).
+"""simulate(): one lockstep step of a batch of envs and an algorithm (docs/concepts.md).
 
 One call does, in this order:
 

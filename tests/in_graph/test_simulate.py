@@ -1,4 +1,4 @@
-"""simulate(): the TF Agents control flow, golden sequences included (REFERENCE.md §1.3)."""
+"""simulate(): the TF Agents control flow, golden sequences included (docs/concepts.md)."""
 
 from __future__ import annotations
 

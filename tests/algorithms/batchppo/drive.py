@@ -1,6 +1,6 @@
 """A minimal stand-in for ``simulate()`` and small envs to drive BatchPPO in its tests.
 
-``Loop.step`` follows the simulate() contract (REFERENCE.md §1.3): reset the rows that are
+``Loop.step`` follows the simulate() contract (docs/concepts.md): reset the rows that are
 done (all on a forced reset) and call ``begin_episodes``; ``perform``; step; ``experience``;
 ``end_episodes`` for rows that finished.
 """

@@ -82,7 +82,7 @@ def test_from_importance_weights_matches_double_sum(batch_size: int, dtype: torc
 
 
 def test_reference_values_batch_one() -> None:
-    """The published numbers (REFERENCE.md §2.3) for B=1 in float64."""
+    """The published numbers (the V-trace reference code, Espeholt et al. 2018), B=1, float64."""
     out = vtrace.from_importance_weights(
         **_torch(_shaped_inputs(T=5, B=1), torch.float64),
         clip_rho_threshold=3.7,
