@@ -69,6 +69,8 @@ STREAM_RESET = tl.constexpr(1)
 
 #: Rows per program of the env kernels (a power of two); one row is a handful of scalars.
 MAX_ENV_BLOCK = 256
+#: Threads per warp: the classic kernels run one row per thread (see :func:`env_warps`).
+WARP_SIZE = 32
 
 
 def split_key(seed: int) -> tuple[int, int]:
@@ -123,6 +125,18 @@ def env_block(num_rows: int) -> int:
     return min(max(triton.next_power_of_2(num_rows), 16), MAX_ENV_BLOCK)
 
 
+def env_warps(block: int) -> int:
+    """Warps per program for a classic-control kernel of ``block`` rows: one row per thread.
+
+    With Triton's default 4 warps a 256-row program put two rows in each thread: compiled for
+    sm_90, Acrobot's step then needed 64 registers and spilled (8 bytes stored, 12 loaded),
+    CartPole's 48, and every kernel staged its state stores through shared memory behind
+    barriers (a layout change from two rows per thread to one). One row per thread: Acrobot
+    39 registers and no spills, CartPole 34, no shared memory (``benchmarks/gpu_model.py``).
+    """
+    return max(1, block // WARP_SIZE)
+
+
 def launch_classic_step(
     kernel,
     *,
@@ -175,6 +189,7 @@ def launch_classic_step(
         STEP=step,
         RESET=reset_mask is not None,
         BLOCK=block,
+        num_warps=env_warps(block),
         # Round op by op, like torch's eager kernels and NumPy, instead of contracting a * b + c
         # into FMAs (Triton 3.9 still defaults to fusing and warns that the default changes).
         enable_fp_fusion=False,
