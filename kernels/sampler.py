@@ -1,12 +1,13 @@
-"""Categorical sampling as one Triton kernel: a program per row, inverse CDF, Philox uniforms.
+"""Categorical sampling as one Triton kernel: inverse CDF over a tile of rows, Philox uniforms.
 
-WarpDrive's sampler (REFERENCE.md §3.3) draws ``u ~ U(0, 1)`` per (env, agent), forms the
+WarpDrive's sampler (Lan et al., 2021) draws ``u ~ U(0, 1)`` per (env, agent), forms the
 cumulative sum of the probabilities and takes the first bucket whose CDF exceeds ``u``. This
-is that, for any ``[..., A]`` batch of logits or probabilities: one program per row of
-``A`` categories (``BLOCK = next_power_of_2(A)`` lanes), the uniform from Philox keyed by
-``seed`` with the counter ``(row, offset, stream)`` — so a call is a pure function of
-``(input, seed, offset)``, and a training loop passes its step number as ``offset`` to get
-fresh draws without any generator state on the device.
+is that, for any ``[..., A]`` batch of logits or probabilities: each program takes ``ROWS``
+rows of ``A`` categories (``BLOCK = next_power_of_2(A)`` lanes per row; see
+:func:`sample_rows`), the uniform from Philox keyed by ``seed`` with the counter
+``(row, offset, stream)`` — so a draw does not depend on how rows are grouped, a call is a
+pure function of ``(input, seed, offset)``, and a training loop passes its step number as
+``offset`` to get fresh draws without any generator state on the device.
 
 Where Triton cannot run (no Triton, or CPU without the interpreter; see
 ``batchenv.kernels._triton``) the same call falls back to ``torch.multinomial`` with a
@@ -51,47 +52,71 @@ def _sample_kernel(
     offset_hi,  # high 32 bits of the offset (counter word c2)
     A: tl.constexpr,  # categories per row
     LOGITS: tl.constexpr,  # x holds logits (softmax weights are taken) rather than probabilities
-    BLOCK: tl.constexpr,  # lanes, next_power_of_2(A)
+    BLOCK: tl.constexpr,  # lanes per row, next_power_of_2(A)
+    ROWS: tl.constexpr,  # rows per program, a power of two
 ):
-    """Sample one row: ``u * total`` against the running sum of the row's weights."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    # (the row bound as a block: the interpreter cannot AND a scalar mask into a block one)
-    in_row = (cols < A) & ((cols * 0 + row) < num_rows)
-    x = tl.load(x_ptr + row.to(tl.int64) * A + cols, mask=in_row, other=0.0).to(tl.float32)
+    """Sample ROWS rows: ``u * total`` against the running sum of each row's weights."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [ROWS]
+    cols = tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]
+    row_ok = rows < num_rows
+    in_row = (cols < A) & row_ok[:, None]  # [ROWS, BLOCK]
+    offsets = rows.to(tl.int64)[:, None] * A + cols
+    x = tl.load(x_ptr + offsets, mask=in_row, other=0.0).to(tl.float32)
     if LOGITS:
         x = tl.where(in_row, x, float("-inf"))
-        weights = tl.exp(x - tl.reduce(x, 0, maximum_combine))  # largest weight is 1
+        largest = tl.reduce(x, 1, maximum_combine)[:, None]  # the largest weight is 1
+        largest = tl.where(largest == float("-inf"), 0.0, largest)  # rows past R: no NaN
+        weights = tl.exp(x - largest)
     else:
         weights = tl.where(in_row, x, 0.0)
-    cdf = tl.associative_scan(weights, 0, add_combine)
-    total = tl.reduce(cdf, 0, maximum_combine)  # the last entry; weights are >= 0
+    cdf = tl.associative_scan(weights, 1, add_combine)
+    total = tl.reduce(cdf, 1, maximum_combine)  # the last entry; weights are >= 0
+    zeros = (rows * 0).to(tl.uint32)
     bits, _, _, _ = philox4x32(
-        row.to(tl.uint32),
-        offset_lo.to(tl.uint32),
-        offset_hi.to(tl.uint32),
-        row.to(tl.uint32) * 0 + STREAM_SAMPLER,
+        rows.to(tl.uint32),
+        zeros + offset_lo.to(tl.uint32),
+        zeros + offset_hi.to(tl.uint32),
+        zeros + STREAM_SAMPLER,
         key_lo.to(tl.uint32),
         key_hi.to(tl.uint32),
     )
-    threshold = uniform_from_bits(bits) * total  # in [0, total)
+    threshold = (uniform_from_bits(bits) * total)[:, None]  # in [0, total)
     # The first bucket whose CDF exceeds the threshold: the number of CDF entries at or below
     # it. A zero-weight bucket never qualifies (its CDF equals its predecessor's); if
     # rounding puts the threshold at the total, fall back to the last bucket with weight.
-    below = tl.reduce((in_row & (cdf <= threshold)).to(tl.int32), 0, add_combine)
-    last = tl.reduce(tl.where(in_row & (weights > 0), cols, -1), 0, maximum_combine)
-    tl.store(out_ptr + row, tl.minimum(below, last).to(tl.int64), mask=row < num_rows)
+    below = tl.reduce((in_row & (cdf <= threshold)).to(tl.int32), 1, add_combine)
+    last = tl.reduce(tl.where(in_row & (weights > 0), cols, -1), 1, maximum_combine)
+    tl.store(out_ptr + rows, tl.minimum(below, last).to(tl.int64), mask=row_ok)
+
+
+#: Elements (rows x lanes) one sampler program takes: 8 per thread of its 4 warps.
+SAMPLE_TILE = 1024
+
+
+def sample_rows(num_rows: int, block: int) -> int:
+    """Rows per sampler program: enough to fill a tile of :data:`SAMPLE_TILE` lanes (at most
+    the next power of two of ``num_rows``), at least one.
+
+    One row per program (what the kernel did first) left 24 of a warp's 32 lanes idle for
+    5 categories and capped an H100 at 32 one-warp programs per SM (50% occupancy); the
+    model in ``benchmarks/gpu_model.py`` then has 2 million rows take ~20x longer than
+    reading them. A program of 128 such rows fills its 4 warps.
+    """
+    return max(1, min(SAMPLE_TILE // block, triton.next_power_of_2(num_rows)))
 
 
 def launch_sample(
     rows: torch.Tensor, out: torch.Tensor, *, logits: bool, seed: int, offset: int
 ) -> torch.Tensor:
     """Launch :func:`_sample_kernel` on ``rows`` (``[R, A]``, contiguous) into ``out`` (int64
-    ``[R]``, contiguous): one program per row, ``BLOCK = next_power_of_2(A)``."""
+    ``[R]``, contiguous): ``ROWS`` rows per program (:func:`sample_rows`),
+    ``BLOCK = next_power_of_2(A)`` lanes per row."""
     num_rows, num_categories = rows.shape
     block = triton.next_power_of_2(num_categories)
+    per_program = sample_rows(num_rows, block)
+    tile = per_program * block
     key_lo, key_hi = split_key(seed)
-    _sample_kernel[(num_rows,)](
+    _sample_kernel[(triton.cdiv(num_rows, per_program),)](
         rows,
         out,
         num_rows,
@@ -102,7 +127,8 @@ def launch_sample(
         A=num_categories,
         LOGITS=logits,
         BLOCK=block,
-        num_warps=1 if block <= 512 else 4 if block <= 4096 else 8,
+        ROWS=per_program,
+        num_warps=1 if tile <= 256 else 4 if tile <= 4096 else 8,
     )
     return out
 

@@ -336,9 +336,9 @@ GPU_COMPILE_SCRIPT = textwrap.dedent(
         signature = {"x_ptr": "*fp32", "out_ptr": "*i64", "num_rows": "i32",
                      "key_lo": "i32", "key_hi": "i32", "offset_lo": "i32",
                      "offset_hi": "i32", "A": "constexpr", "LOGITS": "constexpr",
-                     "BLOCK": "constexpr"}
+                     "BLOCK": "constexpr", "ROWS": "constexpr"}
         jobs.append((sampler._sample_kernel, signature,
-                     {"A": 6, "LOGITS": logits, "BLOCK": 8}))
+                     {"A": 6, "LOGITS": logits, "BLOCK": 8, "ROWS": 128}))
     try:
         from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
     except Exception as error:  # no NVIDIA backend in this Triton build
