@@ -7,6 +7,14 @@ batchenv train ALGORITHM [options]
     train an algorithm of ``batchenv.algorithms`` (``batchenv train batchppo --help``).
 batchenv evaluate RUN_DIR [options]
     evaluate the latest checkpoint of a training run.
+batchenv run SPEC.yaml [NAME] --mode {dev,train,search} [-s var=value ...]
+    run a spec file: one session, a trial of seeds, or a search (batchenv.experiment).
+batchenv run --resume RUN_DIR
+    continue an interrupted run.
+batchenv spec ALGORITHM
+    print a complete spec: every config field with its default and doc.
+batchenv benchmark SPECS...
+    run spec files as trials of 4 sessions and write a Markdown table with plots.
 
 ``batchenv`` itself never imports an algorithm: ``train NAME`` loads the module
 ``batchenv.algorithms.NAME.cli``, which provides
@@ -134,6 +142,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         if hasattr(module, "add_evaluate_arguments"):
             module.add_evaluate_arguments(evaluate)
         evaluate.set_defaults(handler=lambda args: module.evaluate(Path(args.run_dir), args))
+    from batchenv.experiment import cli as experiment_cli
+
+    experiment_cli.add_run_arguments(
+        commands.add_parser("run", help="run a spec file: dev, train (a trial) or search")
+    )
+    experiment_cli.add_spec_arguments(
+        commands.add_parser("spec", help="print a complete spec of an algorithm")
+    )
+    experiment_cli.add_benchmark_arguments(
+        commands.add_parser("benchmark", help="run spec files as trials, write a Markdown table")
+    )
     run = commands.add_parser("demo", help="step a BatchEnv with random actions, report steps/s")
     run.add_argument("--env", default="CartPole-v1", help="a Gymnasium id")
     run.add_argument("--num-envs", type=int, default=64)

@@ -1,0 +1,245 @@
+"""Session: one seed of a trial, trained by the algorithm's trainer into its own folder.
+
+The session folder ``t{T}/s{S}/`` holds what ``batchenv train`` writes (config.json,
+metrics.csv, TensorBoard events, curve.png, checkpoint.pt) plus:
+
+    checkpoints.csv   one row per evaluation checkpoint (SLM Lab's columns): frame,
+                      opt_step, total_reward, total_reward_ma, wall_t
+    session.json      seed, status and the session's metrics, once it finished
+    session.png       return vs env steps, raw and 100-checkpoint moving average
+
+``run_session(job)`` runs a session in this process; the trial runs each in a process of
+its own (:mod:`batchenv.experiment.pool`), which calls :func:`session_main`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .metrics import session_metrics
+from .spec import spec_from_dict
+
+__all__ = [
+    "CHECKPOINTS_NAME",
+    "SESSION_NAME",
+    "SessionJob",
+    "read_checkpoints",
+    "run_session",
+    "session_main",
+]
+
+CHECKPOINTS_NAME = "checkpoints.csv"
+SESSION_NAME = "session.json"
+_COLUMNS = ("frame", "opt_step", "total_reward", "total_reward_ma", "wall_t")
+_MA_WINDOW = 100
+
+
+@dataclass(frozen=True)
+class SessionJob:
+    """Everything a session process needs (picklable)."""
+
+    spec_name: str
+    spec: dict[str, Any]
+    """The trial's spec as a dict (its searched values applied)."""
+    trial: int
+    session: int
+    seed: int
+    path: str
+    """The session folder."""
+    cpus: int
+    random_return: float
+    progress: bool = False
+    tags: dict[str, Any] = field(default_factory=dict)
+    """The trial's searched values (for trackers)."""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.trial, self.session)
+
+    @property
+    def label(self) -> str:
+        return f"t{self.trial}_s{self.session}"
+
+
+def run_session(job: SessionJob, on_report: Callable[[int, float], None] | None = None) -> dict:
+    """Train the session of ``job`` in this process and return its result.
+
+    Continues from the session folder's checkpoint when one exists. ``on_report(frame,
+    total_reward_ma)`` is called at every checkpoint (the pruner's feed); it may raise to
+    stop the session. The result: ``frames``, ``returns``, ``opt_steps``, ``metrics``.
+    """
+    spec = spec_from_dict(job.spec_name, job.spec)
+    trainer = spec.trainer()
+    config = spec.make_config(job.seed)
+    path = Path(job.path)
+    resume = path.exists() and any(path.iterdir())
+    started = time.perf_counter()
+    tracker = _tracker(spec.meta.track, job, config)
+    checkpoints = _Checkpoints(path)
+
+    def report(frame: int, total_reward: float, opt_step: int | None = None) -> None:
+        ma = checkpoints.add(frame, total_reward, opt_step, time.perf_counter() - started)
+        if tracker is not None:
+            tracker.log({"total_reward": total_reward, "total_reward_ma": ma}, step=int(frame))
+        if on_report is not None:
+            on_report(int(frame), ma)
+
+    try:
+        trainer.train(
+            config, path, resume=resume, progress=job.progress, cpus=job.cpus, report=report
+        )
+    finally:
+        if tracker is not None:
+            tracker.finish()
+    rows = read_checkpoints(path)
+    frames = [row["frame"] for row in rows]
+    returns = [row["total_reward"] for row in rows]
+    opt_steps = [row["opt_step"] for row in rows]
+    known = all(not math.isnan(step) for step in opt_steps) and opt_steps
+    metrics = session_metrics(
+        returns, frames, opt_steps if known else None, random_return=job.random_return
+    )
+    metrics["wall_time"] = round(sum(row["wall_t"] for row in rows[-1:]), 3)
+    result = {
+        "seed": job.seed,
+        "frames": frames,
+        "returns": returns,
+        "opt_steps": opt_steps,
+        "metrics": metrics,
+    }
+    (path / SESSION_NAME).write_text(json.dumps({"status": "done", **result}, indent=1))
+    _plot(path, job, frames, returns)
+    return result
+
+
+def session_main() -> None:
+    """Entry point of a session's own process (see :mod:`batchenv.experiment.pool`).
+
+    Reads ``(sys.path, job)`` pickled on stdin, runs the session and sends what happens on
+    the pipe whose descriptor is ``sys.argv[1]``: ``("report", key, frame,
+    total_reward_ma)`` at every checkpoint, then ``("done", key, result)`` or ``("failed",
+    key, type name, message, traceback text)``.
+    """
+    from multiprocessing.connection import Connection
+
+    connection = Connection(int(sys.argv[1]), readable=False)
+    path, job = pickle.loads(sys.stdin.buffer.read())
+    sys.path[:] = path
+    _exit_with_parent(os.getppid())
+    # Ctrl-C is the driver's to handle: it stops every session and keeps the checkpoints.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = run_session(job, lambda frame, ma: connection.send(("report", job.key, frame, ma)))
+    except BaseException as error:  # sent to the driver, which records the trial as failed
+        connection.send(
+            ("failed", job.key, type(error).__name__, str(error), traceback.format_exc())
+        )
+        connection.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    connection.send(("done", job.key, result))
+    connection.close()
+
+
+def read_checkpoints(path: str | os.PathLike) -> list[dict[str, float]]:
+    """The rows of a session's checkpoints.csv, one per frame (a resumed session that
+    repeated a checkpoint keeps the latest row)."""
+    target = Path(path) / CHECKPOINTS_NAME
+    if not target.exists():
+        return []
+    by_frame: dict[int, dict[str, float]] = {}
+    with open(target, newline="") as file:
+        for row in csv.DictReader(file):
+            values = {name: float(row[name]) if row[name] else math.nan for name in _COLUMNS}
+            by_frame[int(values["frame"])] = values
+    return [by_frame[frame] for frame in sorted(by_frame)]
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+class _Checkpoints:
+    """Appends checkpoint rows to checkpoints.csv and keeps the moving average."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def add(self, frame: int, total_reward: float, opt_step: int | None, wall: float) -> float:
+        rows = [row for row in read_checkpoints(self.path) if row["frame"] < frame]
+        recent = [row["total_reward"] for row in rows[-(_MA_WINDOW - 1) :]] + [total_reward]
+        finite = [value for value in recent if not math.isnan(value)]
+        ma = sum(finite) / len(finite) if finite else math.nan
+        target = self.path / CHECKPOINTS_NAME
+        fresh = not target.exists()
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(target, "a", newline="") as file:
+            writer = csv.writer(file)
+            if fresh:
+                writer.writerow(_COLUMNS)
+            writer.writerow(
+                [
+                    int(frame),
+                    "" if opt_step is None else int(opt_step),
+                    repr(float(total_reward)),
+                    repr(ma),
+                    round(wall, 3),
+                ]
+            )
+        return ma
+
+
+def _plot(path: Path, job: SessionJob, frames: list, returns: list) -> None:
+    try:
+        from .plots import plot_session
+
+        plot_session(
+            frames,
+            returns,
+            path / "session.png",
+            f"{job.spec_name} trial {job.trial} session {job.session} (seed {job.seed})",
+        )
+    except ImportError:
+        pass  # matplotlib is optional: metrics and CSVs are written without it
+
+
+def _tracker(track: str, job: SessionJob, config: Any):
+    if track != "wandb":
+        return None
+    import dataclasses
+
+    import wandb
+
+    return wandb.init(
+        project=job.spec_name,
+        group=f"t{job.trial}",
+        name=job.label,
+        dir=job.path,
+        config={"seed": job.seed, **job.tags, **dataclasses.asdict(config)},
+        reinit="finish_previous",
+    )
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this session process when the driver that started it is gone."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()

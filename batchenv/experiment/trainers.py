@@ -1,0 +1,119 @@
+"""The small protocol an algorithm follows to run as a session of an experiment.
+
+``algorithm: batchppo`` and ``algorithm: impala`` in a spec load the ``session`` module of
+that package of ``batchenv.algorithms``; ``algorithm: my_package.module:MyTrainer`` loads a
+researcher's own class. Either way the object has:
+
+``config_class``
+    a dataclass of the algorithm's settings; a spec's ``config`` keys are its fields,
+    each documented by a one-line docstring under the field (``batchenv spec`` prints them).
+``make_config(env, values, *, steps, seed, eval_every) -> config``
+    the config for ``env`` with the spec's ``values`` applied; ``steps``, ``seed`` and
+    ``eval_every`` come from the spec's ``meta`` (None: the algorithm's default). Raise
+    ValueError or TypeError for bad values.
+``meta_fields`` (optional)
+    ``{"env": field, "steps": field, "seed": field, "eval_every": field}``: the config
+    fields the spec's ``env`` and ``meta`` set (a spec's ``config`` may not set them).
+``default_env`` (optional)
+    the env ``batchenv spec ALGORITHM`` writes into its template.
+``cpus(config) -> int``
+    the cores one session uses (torch threads plus env worker processes), so that a trial
+    never runs more sessions at once than the machine has cores for.
+``train(config, run_dir, *, resume, progress, cpus, report) -> None``
+    train one session into the folder ``run_dir`` (resume: continue from the checkpoint
+    there), using at most ``cpus`` cores, and call ``report(frame, total_reward,
+    opt_step=None)`` at every evaluation checkpoint: ``frame`` env steps so far,
+    ``total_reward`` the mean return of the checkpoint's episodes, ``opt_step`` the
+    optimiser steps so far when known. ``report`` may raise to stop training early
+    (pruning); let that exception through.
+
+    >>> trainer = load_trainer("batchppo")
+    >>> config = trainer.make_config("batchenv.kernels:CartPole", {}, steps=20_000, seed=0,
+    ...                              eval_every=None)
+    >>> trainer.cpus(config)
+    1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["BUILTIN", "Report", "Trainer", "load_trainer"]
+
+#: Algorithms of ``batchenv.algorithms`` that ship a ``session`` module.
+BUILTIN = ("batchppo", "impala")
+
+Report = Callable[..., None]
+"""``report(frame, total_reward, opt_step=None)``: one evaluation checkpoint."""
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What ``algorithm:`` in a spec names (see the module docstring)."""
+
+    config_class: type
+
+    def make_config(
+        self,
+        env: str,
+        values: Mapping[str, Any],
+        *,
+        steps: int | None,
+        seed: int,
+        eval_every: int | None,
+    ) -> Any: ...
+
+    def cpus(self, config: Any) -> int: ...
+
+    def train(
+        self,
+        config: Any,
+        run_dir: Path,
+        *,
+        resume: bool,
+        progress: bool,
+        cpus: int,
+        report: Report,
+    ) -> None: ...
+
+
+def load_trainer(name: str) -> Trainer:
+    """The trainer ``name`` names: a built-in algorithm or ``module:Class``.
+
+    Raises ValueError with what was expected when it cannot be loaded.
+    """
+    if name in BUILTIN:
+        module = importlib.import_module(f"batchenv.algorithms.{name}.session")
+        return module.TRAINER
+    if ":" not in name:
+        raise ValueError(
+            f"unknown algorithm {name!r}: expected one of {', '.join(BUILTIN)} or a trainer "
+            f"class as 'module:Class'"
+        )
+    module_name, _, attribute = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"algorithm {name!r}: cannot import {module_name!r} ({error})") from None
+    target = getattr(module, attribute, None)
+    if target is None:
+        raise ValueError(f"algorithm {name!r}: {module_name!r} has no attribute {attribute!r}")
+    trainer = target() if isinstance(target, type) else target
+    missing = [
+        method
+        for method in ("make_config", "cpus", "train")
+        if not callable(getattr(trainer, method, None))
+    ]
+    config_class = getattr(trainer, "config_class", None)
+    if not dataclasses.is_dataclass(config_class):
+        missing.append("config_class (a dataclass)")
+    if missing:
+        raise ValueError(
+            f"algorithm {name!r} does not follow the trainer protocol: it lacks "
+            f"{', '.join(missing)} (see batchenv.experiment.trainers)"
+        )
+    return trainer
