@@ -14,11 +14,21 @@ Sections (each row is measured in this run, on this machine):
   end-to-end    training iterations/s (env steps/s of a rollout + learning loop): per step a
                 shared MLP policy, categorical sampling and the env step; every 16 steps one
                 actor-critic gradient step. WarpDrive's unit again.
+  classic       CartPole steps/s over N, the same loop as the env rows (step with the
+                previous step's finished rows as ``reset_mask``, then ``terminated |
+                truncated``).
 
-Anchors (REFERENCE.md §3.4, one V100): discrete Tag 2000 envs x 5 agents 9.8M env steps/s,
-x 1000 agents 2.9M; continuous Tag 2000 x 5 8.3M, x 105 0.15M; sampler 18M actions/s;
-end-to-end 1.3M (x 5 agents), 0.58M (x 1000). Target on an H200: >= 5x each. Rows with the
+Anchors (WarpDrive: Lan et al., "WarpDrive: Extremely Fast End-to-End Deep Multi-Agent
+Reinforcement Learning on a GPU", 2021; one V100): discrete Tag 2000 envs x 5 agents 9.8M env
+steps/s, x 1000 agents 2.9M; continuous Tag 2000 x 5 8.3M, x 105 0.15M; sampler 18M
+actions/s; end-to-end 1.3M (x 5 agents), 0.58M (x 1000). gymnax (Lange, 2022): CartPole
+~20M steps/s with 2k envs on an A100. Target: >= 5x WarpDrive's figures. Rows with the
 anchor's configuration print the ratio.
+
+Predicted column: every Triton row (measured, or listed as needing a GPU) also prints what
+the roofline model of ``benchmarks/gpu_model.py`` predicts for the same configuration and
+loop on an H100 (an H200 when the device is one), and the measured/predicted ratio -- the
+first GPU run checks the model (docs/gpu.md) in this one command. ``--no-predict`` skips it.
 
 Without a GPU the Triton rows are listed as needing one (on CPU Triton runs only in its
 interpreter, which is for tests) and the torch backends run at modest sizes::
@@ -26,6 +36,7 @@ interpreter, which is for tests) and the torch backends run at modest sizes::
     python benchmarks/gpu_envs.py                 # full grid on CUDA, modest grid on CPU
     python benchmarks/gpu_envs.py --quick         # fewer sizes, shorter runs
     python benchmarks/gpu_envs.py --no-compile    # skip the torch.compile rows
+    python benchmarks/gpu_envs.py --no-predict    # skip the model's predicted column
 """
 
 from __future__ import annotations
@@ -34,13 +45,21 @@ import argparse
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from batchenv.kernels import ContinuousTag, DiscreteTag, _triton
+from batchenv.kernels import CartPole, ContinuousTag, DiscreteTag, _triton
 from batchenv.kernels.sampler import _sample_kernel, sample_categorical
+
+try:  # the roofline model, for the predicted column
+    from benchmarks import gpu_model
+except ImportError:
+    try:
+        import gpu_model  # run as a script: this folder is on sys.path
+    except ImportError:
+        gpu_model = None
 
 # (name, num_envs, agents) -> WarpDrive's V100 figure.
 ANCHORS = {
@@ -51,6 +70,7 @@ ANCHORS = {
     ("sampler", 2000, 5): 18e6,
     ("end-to-end", 2000, 5): 1.3e6,
     ("end-to-end", 2000, 1000): 0.58e6,
+    ("cartpole", 2048, 1): 20e6,  # gymnax, one A100
 }
 TARGET = 5.0
 #: Largest observation tensor a row may allocate; bigger rows use the partial observation.
@@ -68,6 +88,7 @@ class Row:
     agents: int
     rate: float | None  #: steps (or actions) per second; None: not run
     note: str = ""
+    predicted: float | None = None  #: the roofline model's figure for this row (Triton rows)
 
 
 def sync(device: torch.device) -> None:
@@ -101,7 +122,10 @@ def timed(
 def make_game(game: str, num_envs: int, agents: int, backend: str, device: torch.device):
     """Tag with ``agents`` per env: discrete (agents - 1 taggers, one runner; full
     observation unless it would exceed MAX_OBS_BYTES) or continuous (1 tagger per 20 agents,
-    the rest runners, all others observed up to the same memory cap, else the 10 nearest)."""
+    the rest runners, all others observed up to the same memory cap, else the 10 nearest);
+    or ``"cartpole"`` (``agents`` is 1)."""
+    if game == "cartpole":
+        return CartPole(num_envs, device=device, seed=0, backend=backend), ""
     if game == "discrete":
         full = num_envs * agents * (4 * agents + 1) * 4 <= MAX_OBS_BYTES
         env = DiscreteTag(
@@ -128,8 +152,11 @@ def make_game(game: str, num_envs: int, agents: int, backend: str, device: torch
 
 
 def random_actions(env, count: int) -> list[torch.Tensor]:
-    shape = (env.num_envs, env.num_agents, *env.single_action_space.shape)
-    high = 5 if isinstance(env, DiscreteTag) else int(env.single_action_space.nvec[0])
+    if isinstance(env, CartPole):
+        shape, high = (env.num_envs,), 2
+    else:
+        shape = (env.num_envs, env.num_agents, *env.single_action_space.shape)
+        high = 5 if isinstance(env, DiscreteTag) else int(env.single_action_space.nvec[0])
     generator = torch.Generator(device=env.device).manual_seed(0)
     return [
         torch.randint(0, high, shape, generator=generator, device=env.device) for _ in range(count)
@@ -151,12 +178,38 @@ def env_rate(game, num_envs, agents, backend, device, seconds, compiled=False) -
             state["done"] = terminated | truncated
 
         rate = timed(one, device, seconds, warmup=3 if compiled else 2) * num_envs
-        return Row("env", game, label, num_envs, agents, rate, note)
+        return Row(section(game), game, label, num_envs, agents, rate, note)
     except torch.OutOfMemoryError:
-        return Row("env", game, label, num_envs, agents, None, "out of memory")
+        return Row(section(game), game, label, num_envs, agents, None, "out of memory")
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def section(game: str) -> str:
+    return "classic" if game == "cartpole" else "env"
+
+
+# -- the model's predictions --------------------------------------------------------------------
+
+
+def predict(row: Row, gpu_name: str) -> float | None:
+    """The roofline model's figure for a Triton row (None for other rows, or without the
+    model): env steps/s of the same loop, or sampler actions/s, eager launches."""
+    if gpu_model is None or row.backend != "triton":
+        return None
+    gpu = gpu_model.gpu_for(gpu_name)
+    meta = torch.device("meta")
+    try:
+        if row.section == "sampler":
+            rows = row.num_envs * row.agents
+            return gpu_model.predict_sampler_rate(rows, 5, gpu=gpu).steps_per_s
+        if row.section in ("env", "classic"):
+            env, _ = make_game(row.game, row.num_envs, row.agents, "torch", meta)
+            return gpu_model.predict_env_rate(env, gpu=gpu).steps_per_s
+    except Exception as error:  # noqa: BLE001 -- a missing prediction must not stop the run
+        print(f"  no prediction for {row.game} {row.num_envs} x {row.agents}: {error}")
+    return None
 
 
 # -- sampler --------------------------------------------------------------------------------
@@ -265,13 +318,16 @@ def fmt_rate(rate: float | None) -> str:
         return "-"
     if rate < 1e3:
         return f"{rate:.1f}"
+    if rate >= 1e9:
+        return f"{rate / 1e9:.3f}G"
     return f"{rate / 1e6:.3f}M" if rate >= 1e5 else f"{rate / 1e3:.1f}k"
 
 
 def print_rows(rows: list[Row]) -> None:
     print(
         f"{'section':<11}{'game':<12}{'backend':<19}{'envs':>8}{'agents':>7}"
-        f"{'per second':>13}{'agent-steps/s':>15}{'vs V100':>9}  note"
+        f"{'per second':>13}{'agent-steps/s':>15}{'vs anchor':>10}{'predicted':>11}"
+        f"{'meas/pred':>10}  note"
     )
     for row in rows:
         anchor_key = (
@@ -279,12 +335,16 @@ def print_rows(rows: list[Row]) -> None:
             row.num_envs,
             row.agents,
         )
-        if row.section == "env":
+        if row.section in ("env", "classic"):
             anchor_key = (row.game, row.num_envs, row.agents)
         anchor = ANCHORS.get(anchor_key)
         ratio = "" if anchor is None or row.rate is None else f"{row.rate / anchor:.3f}x"
         agent_rate = (
             "" if row.section != "env" or row.rate is None else fmt_rate(row.rate * row.agents)
+        )
+        predicted = "" if row.predicted is None else fmt_rate(row.predicted)
+        checked = (
+            "" if row.predicted is None or row.rate is None else f"{row.rate / row.predicted:.2f}"
         )
         note = row.note
         if anchor is not None and row.rate is not None and row.backend == "triton":
@@ -293,7 +353,8 @@ def print_rows(rows: list[Row]) -> None:
             )
         print(
             f"{row.section:<11}{row.game:<12}{row.backend:<19}{row.num_envs:>8}{row.agents:>7}"
-            f"{fmt_rate(row.rate):>13}{agent_rate:>15}{ratio:>9}  {note}"
+            f"{fmt_rate(row.rate):>13}{agent_rate:>15}{ratio:>10}{predicted:>11}{checked:>10}"
+            f"  {note}"
         )
 
 
@@ -303,6 +364,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile rows")
     parser.add_argument("--seconds", type=float, default=None, help="time per measurement")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    parser.add_argument(
+        "--no-predict", action="store_true", help="skip the roofline model's predicted column"
+    )
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = device.type == "cuda"
@@ -354,12 +418,29 @@ def main(argv: list[str] | None = None) -> list[Row]:
     rows += sampler_rows(2000, 5, device, seconds, triton_ok)
     if gpu:
         rows += sampler_rows(2000, 1000, device, seconds, triton_ok)
+    classic_sizes = [2048, 65536, 1 << 20, 1 << 22] if gpu else [2048, 65536]
+    for n in classic_sizes:
+        for backend in backends:
+            rows.append(env_rate("cartpole", n, 1, backend, device, seconds))
+        if not triton_ok:
+            rows.append(Row("classic", "cartpole", "triton", n, 1, None, "needs a GPU"))
+        print_progress(rows[-1])
     e2e_agents = [5, 1000] if gpu else [5]
     for agents in e2e_agents:
         for backend in backends:
             rows.append(end_to_end_rate(2000, agents, backend, device, seconds * 2))
         if not triton_ok:
             rows.append(Row("end-to-end", "discrete", "triton", 2000, agents, None, "needs a GPU"))
+    if not args.no_predict:
+        if gpu_model is None:
+            print("NOTE: benchmarks/gpu_model.py could not be imported; no predicted column")
+        else:
+            model = gpu_model.gpu_for(name)
+            print(
+                f"predicted: the roofline model on an {model.name} (HBM "
+                f"{model.hbm_bytes_per_s / 1e12:.2f} TB/s), eager launches; see docs/gpu.md"
+            )
+            rows = [replace(row, predicted=predict(row, name)) for row in rows]
     print()
     print_rows(rows)
     return rows
