@@ -425,7 +425,9 @@ SASS_CLASSES = {
     "conversions": "F2I I2F F2F I2FP F2FP I2I FRND",
     "moves and selects": "MOV SEL CS2R S2R S2UR P2R R2P PLOP3 HFMA2 MOV32I",
     "warp shuffles": "SHFL VOTE REDUX MATCH",
-    "barriers and convergence": "BAR WARPSYNC BSSY BSYNC MEMBAR DEPBAR ERRBAR CCTL NANOSLEEP",
+    "barriers and convergence": (
+        "BAR WARPSYNC BSSY BSYNC BREAK BMOV MEMBAR DEPBAR ERRBAR CCTL NANOSLEEP"
+    ),
     "control flow": "BRA EXIT RET CALL JMP BRX YIELD BPT",
 }
 _SASS_CLASS = {op: cls for cls, ops in SASS_CLASSES.items() for op in ops.split()}
@@ -1218,7 +1220,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def grid_occupancy(report: CompileReport, programs: int, gpu: Gpu = H100) -> float:
     """The occupancy the launch can reach with its grid: programs spread over every SM, at
-    most the theoretical blocks per SM (a grid of 2,000 one-warp programs fills 15 of an
+    most the theoretical blocks per SM (a grid of 2,000 one-warp programs fills at most 16 of an
     SM's 64 warp slots, whatever the registers allow)."""
     per_sm = min(report.occupancy.blocks_per_sm, -(-programs // gpu.sms))
     return per_sm * report.num_warps / gpu.max_warps_per_sm
@@ -1280,20 +1282,21 @@ def mix_table(reports: list[tuple[Launch, CompileReport]]) -> str:
         "warp shuffles",
         "barriers and convergence",
         "control flow",
+        "constant loads",
+        "uniform datapath",
     ]
     short = ["global", "shared", "local", "fp32", "fp64", "MUFU", "int", "cvt", "mov/sel",
-             "shfl", "bar/conv", "branch"]  # fmt: skip
+             "shfl", "bar/conv", "branch", "const", "uniform"]  # fmt: skip
     rows, seen = [], set()
-    for _, r in reports:
-        key = (r.kernel, r.config.split(" N=")[0], r.config)
-        if key in seen:
+    for launch, r in reports:
+        # A classic kernel's code does not depend on N once BLOCK is 256: one row for those.
+        config = re.sub(r"^N=\d+ ", "", r.config) if launch.family == "classic" else r.config
+        if (r.kernel, config) in seen:
             continue
-        seen.add(key)
+        seen.add((r.kernel, config))
         other = r.sass.static - sum(r.sass.mix.get(c, 0) for c in classes)
         rows.append(
-            [f"`{r.kernel}`", r.config]
-            + [str(r.sass.mix.get(c, 0)) for c in classes]
-            + [str(other)]
+            [f"`{r.kernel}`", config] + [str(r.sass.mix.get(c, 0)) for c in classes] + [str(other)]
         )
     return _table(["kernel", "configuration", *short, "other"], rows)
 
