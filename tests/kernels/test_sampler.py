@@ -2,8 +2,9 @@
 never picks an impossible category, is a pure function of (input, seed, offset), and falls
 back to torch.multinomial where Triton cannot run.
 
-The interpreter runs one program per row at ~15 ms each, so the statistical tests here use a
-few hundred draws (the larger ones are marked slow).
+Triton's interpreter is slow, so the statistical tests here use a few hundred draws (the
+larger ones are marked slow). A kernel program samples a tile of rows (up to 128 of 5
+categories); a row's draw does not depend on the tile it is in (see the first test).
 """
 
 from __future__ import annotations
