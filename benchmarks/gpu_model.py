@@ -1458,7 +1458,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.measure_host:
         measured = measure_host()
         for name, seconds in measured.items():
-            print(f"host: {name:<16} {seconds * 1e6:6.1f} us per call (this machine)")
+            print(f"host: {name:<28} {seconds * 1e6:6.1f} us per call (this machine)")
         families = ("classic", "tag_discrete", "tag_continuous", "sampler")
         HOST = replace(
             HOST,
@@ -1466,8 +1466,11 @@ def main(argv: list[str] | None = None) -> None:
             launcher_s=MappingProxyType({k: measured[f"{k} launcher only"] for k in families}),
             compiled_launch_s=measured["compiled_launch"],
         )
-    print(f"model: {H100.name}, HBM {H100.hbm_bytes_per_s / 1e12:.2f} TB/s x "
-          f"{H100.hbm_efficiency:.0%}; host per step call {dict(HOST.step_s)}")  # fmt: skip
+    host_s = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in HOST.step_s.items())
+    print(
+        f"model: {H100.name}, HBM {H100.hbm_bytes_per_s / 1e12:.2f} TB/s x "
+        f"{H100.hbm_efficiency:.0%}; host per step call: {host_s}"
+    )
     if not args.no_compile:
         reports = []
         for launch in report_launches():
