@@ -60,7 +60,7 @@ def test_every_unroll_is_consumed_once() -> None:
 def test_log_every_writes_a_row_per_step_interval_and_calls_on_log(mode, tmp_path) -> None:
     # Batches of 10 steps; log_interval is an hour, so every row but the final one comes
     # from log_every: one at the first check at or past each multiple of 100 steps.
-    config = small_config(mode, total_steps=400, log_every=100, log_interval=3600.0)
+    config = small_config(mode, total_steps=1000, log_every=100, log_interval=3600.0)
     seen = []
     with RunDirectory(tmp_path, "impala", config, seed=0) as run:
         TRAINERS[mode](
@@ -71,9 +71,9 @@ def test_log_every_writes_a_row_per_step_interval_and_calls_on_log(mode, tmp_pat
         ).train()
     lines = (tmp_path / "metrics.csv").read_text().split()[1:]
     steps = [int(line.split(",")[0]) for line in lines]
-    assert steps[-1] == 400
+    assert steps[-1] == 1000
     buckets = [step // 100 for step in steps[:-1]]
-    assert len(buckets) >= 2 and buckets == sorted(set(buckets)) and buckets[0] >= 1
+    assert buckets and buckets == sorted(set(buckets)) and buckets[0] >= 1
     assert seen and {step for step, _ in seen} <= set(steps)
     assert all(0.0 <= score <= 10.0 for _, score in seen)  # CountingEnv(10) returns
 
