@@ -25,10 +25,9 @@ from batchenv.wrappers import (
     NoopReset,
     RandomStart,
     RangeNormalize,
-    _area_taps,
-    _area_weights,
     make_atari,
 )
+from batchenv.wrappers.atari import _area_taps, _area_weights
 from tests.atari_fakes import FakeAtari
 
 
@@ -131,8 +130,12 @@ def test_wrappers_are_recorded_in_the_spec_and_can_be_remade():
 
 
 def test_docstring_examples_run():
-    result = doctest.testmod(batchenv.wrappers)
-    assert result.attempted >= 8 and result.failed == 0
+    results = [
+        doctest.testmod(module)
+        for module in (batchenv.wrappers, batchenv.wrappers.batch_ppo, batchenv.wrappers.atari)
+    ]
+    assert sum(result.attempted for result in results) >= 8
+    assert all(result.failed == 0 for result in results)
 
 
 # --- RangeNormalize -----------------------------------------------------------------------
