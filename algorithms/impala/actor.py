@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from batchenv.algorithms.impala.models import forward_in
+from .models import forward_in
 
 __all__ = ["ActorSpec", "allocate_slots", "run_actor", "slot_specs", "write_row"]
 
@@ -157,7 +157,7 @@ class _Actor:
         self.stopped = False
 
     def _make_envs(self):
-        from batchenv.algorithms.impala.envs import InProcessGroup, WorkerGroup
+        from .envs import InProcessGroup, WorkerGroup
 
         constructors = list(self.spec.constructors)
         if self.spec.env_workers > 0:

@@ -28,10 +28,11 @@ from multiprocessing.connection import wait as wait_for
 import torch
 import torch.multiprocessing as mp
 
-from batchenv.algorithms.impala.actor import ActorSpec, run_actor
-from batchenv.algorithms.impala.config import ImpalaConfig
-from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
 from batchenv.errors import RemoteTraceback
+
+from .actor import ActorSpec, run_actor
+from .config import ImpalaConfig
+from .errors import ActorDiedError, ActorTimeoutError
 
 __all__ = ["ActorPool", "actor_context", "prestart"]
 

@@ -36,18 +36,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from batchenv.algorithms.impala.actor import slot_specs, write_row
-from batchenv.algorithms.impala.batcher import (
+from batchenv.errors import EnvWorkerError, WorkerTimeoutError
+
+from .actor import slot_specs, write_row
+from .batcher import (
     BatcherError,
     BatchingQueue,
     ClosedBatcherError,
     DynamicBatcher,
 )
-from batchenv.algorithms.impala.envs import WorkerGroup
-from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
-from batchenv.algorithms.impala.models import forward_in
-from batchenv.algorithms.impala.trainer import Trainer, build_model
-from batchenv.errors import EnvWorkerError, WorkerTimeoutError
+from .envs import WorkerGroup
+from .errors import ActorDiedError, ActorTimeoutError
+from .models import forward_in
+from .trainer import Trainer, build_model
 
 __all__ = ["AsyncTrainer"]
 

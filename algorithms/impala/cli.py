@@ -24,8 +24,9 @@ import sys
 import typing
 from pathlib import Path
 
-from batchenv.algorithms.impala.config import ImpalaConfig, field_help
 from batchenv.run_dir import CHECKPOINT_NAME
+
+from .config import ImpalaConfig, field_help
 
 _FLAG_NAMES = {"total_steps": "steps"}
 
@@ -102,10 +103,11 @@ def _stored_config(record: dict) -> ImpalaConfig:
 
 def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train impala``; returns the exit status."""
-    from batchenv.algorithms.impala.async_mode import AsyncTrainer
-    from batchenv.algorithms.impala.errors import ActorDiedError, ActorTimeoutError
-    from batchenv.algorithms.impala.sync import SyncTrainer
     from batchenv.run_dir import RunDirectory
+
+    from .async_mode import AsyncTrainer
+    from .errors import ActorDiedError, ActorTimeoutError
+    from .sync import SyncTrainer
 
     if args.resume is True:  # the old form: --logdir RUN_DIR --resume
         if args.logdir is None:
@@ -215,9 +217,10 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from batchenv.algorithms.impala.envs import env_constructor
-    from batchenv.algorithms.impala.trainer import build_model
     from batchenv.run_dir import RunDirectory
+
+    from .envs import env_constructor
+    from .trainer import build_model
 
     with RunDirectory(run_dir, "impala", resume=True) as run:
         checkpoint = run.load_checkpoint()

@@ -34,9 +34,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from batchenv.algorithms.impala import losses, vtrace
-from batchenv.algorithms.impala.config import ImpalaConfig
-from batchenv.algorithms.impala.models import forward_in
+from . import losses, vtrace
+from .config import ImpalaConfig
+from .models import forward_in
 
 __all__ = ["learn", "make_optimizer"]
 

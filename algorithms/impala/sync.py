@@ -22,9 +22,9 @@ import threading
 import numpy as np
 import torch
 
-from batchenv.algorithms.impala.actor import allocate_slots, slot_specs
-from batchenv.algorithms.impala.actor_pool import ActorPool
-from batchenv.algorithms.impala.trainer import Trainer, TrainResult, build_model, probe_env
+from .actor import allocate_slots, slot_specs
+from .actor_pool import ActorPool
+from .trainer import Trainer, TrainResult, build_model, probe_env
 
 __all__ = ["SyncResult", "SyncTrainer", "build_model", "probe_env"]
 

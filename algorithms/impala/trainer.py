@@ -25,11 +25,11 @@ import gymnasium
 import numpy as np
 import torch
 
-from batchenv.algorithms.impala.config import ImpalaConfig
-from batchenv.algorithms.impala.envs import describe, env_constructor
-from batchenv.algorithms.impala.errors import TrainingStoppedError
-from batchenv.algorithms.impala.learner import learn, make_optimizer
-from batchenv.algorithms.impala.models import AtariNet, MLPAgent, ResNetAgent
+from .config import ImpalaConfig
+from .envs import describe, env_constructor
+from .errors import TrainingStoppedError
+from .learner import learn, make_optimizer
+from .models import AtariNet, MLPAgent, ResNetAgent
 
 __all__ = ["Trainer", "TrainResult", "build_model", "probe_env", "resolve_device"]
 
