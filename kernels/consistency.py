@@ -1,6 +1,6 @@
 """Hold two implementations of an environment to each other, step by step.
 
-WarpDrive's consistency checker (REFERENCE.md §3.3): step N copies of a reference env and the
+WarpDrive's consistency checker (docs/tag.md): step N copies of a reference env and the
 GPU env on the same random actions from the same states, compare observations and rewards
 per element (pass if the absolute difference is below 0.01 *or* the relative one below 1%),
 the done flags exactly, reset finished envs on both sides to the same state, and go on.

@@ -1,4 +1,4 @@
-"""WarpDrive's continuous Tag (REFERENCE.md §3.2) as a batched torch or Triton environment.
+"""WarpDrive's continuous Tag (docs/tag.md) as a batched torch or Triton environment.
 
 Agents ``0 .. num_taggers-1`` are taggers, the next ``num_runners`` ids are runners;
 ``N = num_taggers + num_runners``. They move in the square ``[0, L]^2``.

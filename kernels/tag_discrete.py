@@ -1,4 +1,4 @@
-"""WarpDrive's discrete Tag (REFERENCE.md §3.1) as a batched torch or Triton environment.
+"""WarpDrive's discrete Tag (docs/tag.md) as a batched torch or Triton environment.
 
 ``num_taggers`` taggers (agent ids ``0 .. N-2``) chase one runner (id ``N-1``) on the integer
 grid ``[0, L]^2`` (both ends inclusive), ``N = num_taggers + 1``.

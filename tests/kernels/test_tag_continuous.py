@@ -1,4 +1,4 @@
-"""ContinuousTag: the rules of REFERENCE.md §3.2 on hand-built states, on both backends; the
+"""ContinuousTag: the rules of docs/tag.md on hand-built states, on both backends; the
 two WarpDrive divergences as this package resolves them (end bonus on the last step; a tagger
 catching two runners is rewarded twice); the triton kernel held to the torch step by the
 consistency checker; starts; simulate().

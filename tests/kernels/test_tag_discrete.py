@@ -1,4 +1,4 @@
-"""DiscreteTag: every rule of REFERENCE.md §3.1 on hand-built states, on both backends; the
+"""DiscreteTag: every rule of docs/tag.md on hand-built states, on both backends; the
 triton kernel held to the torch step by the consistency checker; starts; simulate().
 
 Without CUDA the triton backend runs in Triton's interpreter (~15 ms per env per step), so
