@@ -25,8 +25,8 @@ from batchenv.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
-from batchenv.external_process import ExternalProcess
 from batchenv.make import make
+from batchenv.workers.external_process import ExternalProcess
 
 __version__ = "0.1.0"
 

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from batchenv import spaces as batch_spaces
-from batchenv._transport import ListTransport
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -32,7 +31,10 @@ from batchenv.errors import (
     NoPendingCallError,
     NotResetError,
 )
-from batchenv.external_process import DEFAULT_CLOSE_TIMEOUT
+from batchenv.workers.autoreset import IDLE, SAME_STEP, STEP, STEP_AHEAD
+from batchenv.workers.external_process import DEFAULT_CLOSE_TIMEOUT
+from batchenv.workers.list_transport import ListTransport
+from batchenv.workers.transport import Results, Transport
 
 Nest = Any
 
@@ -56,7 +58,7 @@ class BatchEnv:
         timeout: float | None = None,
         check_actions: bool = True,
         *,
-        _transport=None,
+        _transport: Transport | None = None,
     ):
         if _transport is None:
             envs = list(envs)
@@ -75,8 +77,7 @@ class BatchEnv:
         self._needs_reset = np.ones(self.num_envs, bool)
         self._all_rows = np.arange(self.num_envs)
         self._all_rows.flags.writeable = False
-        self._resets_ahead = bool(getattr(_transport, "reset_ahead", False))
-        self._take_ready = getattr(_transport, "take_ready", None)
+        self._resets_ahead = _transport.reset_ahead
         self._pending: tuple[str, np.ndarray] | None = None
         self._closed = False
         self._broken: BaseException | None = None
@@ -88,9 +89,9 @@ class BatchEnv:
 
     def __getitem__(self, index: int):
         """The env object of row ``index`` (an ExternalProcess or Gymnasium env)."""
-        transport = self._transport
-        if hasattr(transport, "envs"):
-            return transport.envs[index]
+        envs = self._transport.env_objects()
+        if envs is not None:
+            return envs[index]
         return _RowHandle(self, index)
 
     @property
@@ -125,11 +126,11 @@ class BatchEnv:
         """reset(indices) of rows whose workers already reset them after the step that
         ended their episodes: no round trip, nothing to wait for. None when some row was
         not reset ahead (or a call is pending): the caller takes the general path."""
-        if self._take_ready is None or self._pending is not None:
+        if not self._resets_ahead or self._pending is not None:
             return None
         self._check_usable("reset")
         rows = self._rows(indices)
-        taken = self._take_ready(rows)
+        taken = self._transport.take_ready(rows)
         if taken is None:
             return None
         observ, raw = taken
@@ -202,26 +203,36 @@ class BatchEnv:
             raise ValueError(f"reset indices must be unique, got {listed}")
         return rows
 
-    def _exchange(self, command: np.ndarray, actions: Nest | None, reset_args=None, timeout=None):
-        """One round trip with per-row commands (shared-memory kind only; the vector face).
+    def exchange(
+        self,
+        command: np.ndarray,
+        actions: Nest | None,
+        reset_args: dict | None = None,
+        timeout: float | None = None,
+    ):
+        """One lockstep round trip with a per-row command (shared-memory BatchEnv only).
 
-        Returns ``(observ, reward, terminated, truncated, raw_infos)`` for the whole batch,
-        ``raw_infos`` mapping rows to what their env returned.
+        ``command`` holds one of ``batchenv.workers.autoreset``'s commands per row (STEP,
+        RESET, SAME_STEP, STEP_AHEAD, or IDLE to leave the row alone); ``reset_args`` maps
+        a reset row to its ``(seed, options)``. Counts as a step. Returns ``(observ,
+        reward, terminated, truncated, raw_infos)`` for the whole batch, ``raw_infos``
+        mapping a row to what its env returned. This is how ``BatchVectorEnv`` implements
+        Gymnasium's autoreset modes.
         """
         leaves = None
         if actions is not None:
             leaves = self._check(actions, self.check_actions)
-        rows = np.arange(self.num_envs)
-        self._start("mixed", rows, leaves, reset_args, command=command)
-        _, _, raw = self._finish("mixed", timeout)
-        observ, reward, terminated, truncated = self._transport.results("step", rows)
-        self._needs_reset[command != 0] = False
+        self._start("mixed", self._all_rows, leaves, reset_args, command=command)
+        results = self._finish("mixed", timeout)
+        self._needs_reset[command != IDLE] = False
+        if np.isin(command, (STEP, SAME_STEP, STEP_AHEAD)).any():
+            self.steps += 1
         return (
-            self._unflatten(observ),
-            reward,
-            terminated,
-            truncated,
-            raw,
+            self._unflatten(results.observ),
+            results.reward,
+            results.terminated,
+            results.truncated,
+            results.infos,
         )
 
     def _start(self, kind: str, rows: np.ndarray, leaves, reset_args, command=None) -> None:
@@ -253,53 +264,15 @@ class BatchEnv:
             self._break(error)
             raise
         if kind == "mixed":
-            return kind, rows, raw
+            return raw
         return kind, rows, self._assemble(kind, rows, raw)
 
-    def _assemble(self, kind: str, rows: np.ndarray, raw):
-        space = self.observation_space
-        transport = self._transport
-        if isinstance(transport, ListTransport):
-            observ = batch_spaces.allocate(space, len(rows))
-            writer = batch_spaces.make_row_writer(space, observ)
-            infos = []
-            if kind == "step":
-                reward = np.zeros(len(rows), np.float64)
-                terminated = np.zeros(len(rows), bool)
-                truncated = np.zeros(len(rows), bool)
-                for i, (obs, rew, term, trunc, info) in enumerate(raw):
-                    self._write_checked(writer, i, obs, rows[i])
-                    reward[i], terminated[i], truncated[i] = rew, term, trunc
-                    infos.append(info)
-                observ = self._unflatten(observ)
-                return observ, reward, terminated, truncated, tuple(infos)
-            for i, (obs, info) in enumerate(raw):
-                self._write_checked(writer, i, obs, rows[i])
-                infos.append(info)
-            return self._unflatten(observ), tuple(infos)
-        infos = _infos_for(rows, raw, rows is self._all_rows)
+    def _assemble(self, kind: str, rows: np.ndarray, results: Results):
+        infos = _infos_for(rows, results.infos, rows is self._all_rows)
+        observ = self._unflatten(results.observ)
         if kind == "step":
-            observ, reward, terminated, truncated = transport.results(kind, rows)
-            return self._unflatten(observ), reward, terminated, truncated, infos
-        return self._unflatten(transport.results(kind, rows)), infos
-
-    def _write_checked(self, writer, i: int, obs, row: int) -> None:
-        try:
-            writer(i, obs)
-        except ValueError as error:
-            in_worker = hasattr(self._transport, "envs") and hasattr(
-                self._transport.envs[row], "pid"
-            )
-            where = f"worker {row} ({self._transport.envs[row].description}), " if in_worker else ""
-            failure = EnvWorkerError(
-                f"{where}env {row} returned a bad observation at step {self.steps}: {error}",
-                worker=int(row) if in_worker else None,
-                env_index=int(row),
-                step=self.steps,
-                remote_type="ValueError",
-            )
-            self._break(failure)
-            raise failure from error
+            return observ, results.reward, results.terminated, results.truncated, infos
+        return observ, infos
 
     def _break(self, error: BaseException) -> None:
         if isinstance(error, (AlreadyPendingCallError, NoPendingCallError)):
@@ -379,6 +352,18 @@ class BatchEnv:
 
 
 EMPTY_INFO = MappingProxyType({})
+
+
+def per_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list:
+    """One seed per env: None for all, ``seed + i`` for env ``i``, or the sequence given."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"got {len(seeds)} seeds for num_envs={num_envs}")
+    return [None if s is None else int(s) for s in seeds]
 
 
 def _infos_for(rows: np.ndarray, raw: dict, every_row: bool = False) -> tuple:

@@ -14,9 +14,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from batchenv._transport import SharedMemoryTransport
+from batchenv.async_batch_env import AsyncBatchEnv
 from batchenv.batch_env import BatchEnv
-from batchenv.external_process import DEFAULT_START_TIMEOUT, ExternalProcess
+from batchenv.workers.env_group import EnvGroup
+from batchenv.workers.external_process import (
+    DEFAULT_START_TIMEOUT,
+    ExternalProcess,
+    describe_constructor,
+)
+from batchenv.workers.parent_share import plan as parent_share_plan
+from batchenv.workers.protocol import EnvFailure
+from batchenv.workers.shared_memory_transport import SharedMemoryTransport
 
 #: Default bounded spin of batchenv.make workers and parent (see ``spin_us``), microseconds.
 #: Off: a loop that only steps gains 5-15% from ``spin_us=300`` on 2 cores, but a loop
@@ -37,8 +45,11 @@ def make(
     pin_workers: bool | None = None,
     reset_ahead: bool = True,
     spin_us: float = DEFAULT_SPIN_US,
+    parent_share: float | str | None = None,
+    batch_size: int | None = None,
+    autoreset_mode: str = "next_step",
     **env_kwargs,
-) -> BatchEnv:
+) -> BatchEnv | AsyncBatchEnv:
     """Build a BatchEnv of ``num_envs`` envs spread over ``num_workers`` processes.
 
     Args:
@@ -65,16 +76,17 @@ def make(
             cross-core wake-ups that dominate short steps. 0 always sleeps. Only for
             loops that do little between steps: spinning workers fight the training
             code's threads for the cores.
+        parent_share: envs the parent steps itself while the workers step the rest: None
+            (default, every env in a worker), a fraction in (0, 1], or "auto" (timed at
+            start; see ``batchenv.workers.parent_share``). Those envs give up crash
+            isolation and deadlines; lockstep only.
+        batch_size: return an :class:`~batchenv.async_batch_env.AsyncBatchEnv` with
+            EnvPool's ``send``/``recv`` API whose ``recv()`` returns the first
+            ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).
+        autoreset_mode: with ``batch_size``: "next_step" (EnvPool's) or "same_step".
     """
     if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-    if num_workers is None:
-        num_workers = (
-            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        )
-    if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-    num_workers = min(int(num_workers), int(num_envs))
     if isinstance(env, str):
         import gymnasium
 
@@ -85,7 +97,12 @@ def make(
         constructor = env
     else:
         raise TypeError(f"env must be a Gymnasium id or a callable, got {env!r}")
-    return start_workers(
+    if batch_size is not None and parent_share:
+        raise ValueError(
+            "parent_share applies to lockstep stepping; with batch_size (send/recv) every env "
+            "runs in a worker: drop one of the two"
+        )
+    batch = start_workers(
         [constructor] * int(num_envs),
         num_workers=num_workers,
         start_method=start_method,
@@ -94,8 +111,19 @@ def make(
         check_actions=check_actions,
         copy=copy,
         pin_workers=pin_workers,
-        reset_ahead=reset_ahead,
+        reset_ahead=reset_ahead and batch_size is None,
         spin_us=spin_us,
+        parent_share=parent_share,
+        _transport_only=batch_size is not None,
+    )
+    if batch_size is None:
+        return batch
+    return AsyncBatchEnv(
+        batch,
+        batch_size,
+        timeout=timeout,
+        check_actions=check_actions,
+        autoreset_mode=autoreset_mode,
     )
 
 
@@ -111,15 +139,27 @@ def start_workers(
     pin_workers: bool | None = None,
     reset_ahead: bool = False,
     spin_us: float = 0.0,
-) -> BatchEnv:
-    """A shared-memory BatchEnv with one env per constructor, grouped over workers."""
+    parent_share: float | str | None = None,
+    _transport_only: bool = False,
+):
+    """A shared-memory BatchEnv with one env per constructor, grouped over workers (and
+    the parent's share, see ``batchenv.workers.parent_share``)."""
     num_envs = len(constructors)
-    if num_workers is None:
-        num_workers = default_num_workers()
-    if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+    if num_workers is not None and (
+        not isinstance(num_workers, (int, np.integer)) or num_workers < 1
+    ):
         raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-    groups = np.array_split(np.arange(num_envs), min(int(num_workers), num_envs))
+    split = parent_share_plan(  # None: one worker per core, at most one per env
+        parent_share, constructors[0], num_envs, num_workers, default_num_workers()
+    )
+    local_rows = list(range(split.local))
+    groups = (
+        np.array_split(np.arange(split.local, num_envs), split.num_workers)
+        if split.num_workers
+        else []
+    )
     workers: list[ExternalProcess] = []
+    local = None
     try:
         deadline = time.monotonic() + start_timeout
         for index, rows in enumerate(groups):
@@ -135,15 +175,31 @@ def start_workers(
                     spin_us=spin_us,
                 )
             )
+        if local_rows:  # the parent builds its share while the workers build theirs
+            local = EnvGroup(local_rows)
+            try:
+                local.build([constructors[r] for r in local_rows])
+            except EnvFailure as failure:
+                raise failure.error from None  # built here: the constructor's own error
         for worker in workers:
             worker.wait_started(max(0.0, deadline - time.monotonic()))
         if pin_workers or (pin_workers is None and len(workers) <= default_num_workers()):
-            _pin(workers)
-        transport = SharedMemoryTransport(workers, copy=copy, reset_ahead=reset_ahead)
+            _pin(workers, first=1 if local is not None else 0)
+        transport = SharedMemoryTransport(
+            workers,
+            copy=copy,
+            reset_ahead=reset_ahead,
+            local=local,
+            local_description=describe_constructor(constructors[0]),
+        )
     except BaseException:
         for worker in workers:
             worker.terminate()
+        if local is not None:
+            local.close_envs()
         raise
+    if _transport_only:
+        return transport
     return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
 
 
@@ -154,13 +210,14 @@ def default_num_workers() -> int:
     return os.cpu_count() or 1
 
 
-def _pin(workers: list[ExternalProcess]) -> None:
-    """Give worker i its own core (round robin over the cores this process may use)."""
+def _pin(workers: list[ExternalProcess], first: int = 0) -> None:
+    """Give worker i its own core ``first + i`` (round robin over the cores this process
+    may use; ``first=1`` leaves the first core to a parent that steps envs too)."""
     if not hasattr(os, "sched_setaffinity"):
         return
     cores = sorted(os.sched_getaffinity(0))
     for index, worker in enumerate(workers):
         try:
-            os.sched_setaffinity(worker.pid, {cores[index % len(cores)]})
+            os.sched_setaffinity(worker.pid, {cores[(first + index) % len(cores)]})
         except OSError:  # not permitted here: pinning is only a speed-up
             return

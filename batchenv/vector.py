@@ -21,9 +21,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from batchenv._worker import RESET, SAME_STEP, STEP
-from batchenv.batch_env import BatchEnv
+from batchenv.batch_env import BatchEnv, per_env_seeds
 from batchenv.make import start_workers
+from batchenv.workers.autoreset import RESET, split_same_step, vector_commands
 
 
 class BatchVectorEnv(VectorEnv):
@@ -32,8 +32,18 @@ class BatchVectorEnv(VectorEnv):
     Args:
         env_fns: one constructor per env.
         autoreset_mode: ``AutoresetMode`` (or its string value); NEXT_STEP by default.
-        num_workers, start_method, timeout, check_actions, copy, pin_workers: as in
-            ``batchenv.make``.
+        parent_share: "auto" (default) lets the parent step a share of the envs while
+            it waits for its workers, or all of them when a worker would cost more than it
+            saves (cheap envs, few of them), as ``SyncVectorEnv`` does; a fraction in
+            [0, 1] fixes the share, None or 0 puts every env in a worker (each env then
+            keeps its own process: crash isolation and deadlines). See
+            ``batchenv.workers.parent_share``.
+        num_workers: worker processes, as in ``batchenv.make``.
+        start_method: "forkserver" or "spawn", as in ``batchenv.make``.
+        timeout: deadline of each step in seconds, as in ``batchenv.make``.
+        check_actions: check that actions are inside the action space.
+        copy: return copies of the results (False: views into shared memory).
+        pin_workers: pin worker i to a core of its own, as in ``batchenv.make``.
     """
 
     def __init__(
@@ -47,6 +57,7 @@ class BatchVectorEnv(VectorEnv):
         check_actions: bool = True,
         copy: bool = True,
         pin_workers: bool | None = None,
+        parent_share: float | str | None = "auto",
     ):
         env_fns = list(env_fns)
         if not env_fns:
@@ -60,6 +71,7 @@ class BatchVectorEnv(VectorEnv):
             check_actions=check_actions,
             copy=copy,
             pin_workers=pin_workers,
+            parent_share=parent_share,
         )
         self.num_envs = len(env_fns)
         self.single_observation_space = self._batch.observation_space
@@ -77,14 +89,14 @@ class BatchVectorEnv(VectorEnv):
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``."""
-        seeds = _seeds(seed, self.num_envs)
+        seeds = per_env_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None
         mask = np.ones(self.num_envs, bool)
         if options is not None and "reset_mask" in options:
             mask = _check_mask(options.pop("reset_mask"), self.num_envs)
         reset_args = {int(i): (seeds[i], options) for i in np.flatnonzero(mask)}
         command = np.where(mask, RESET, 0).astype(np.uint8)
-        observ, _, _, _, raw = self._batch._exchange(command, None, reset_args)
+        observ, _, _, _, raw = self._batch.exchange(command, None, reset_args)
         self._autoreset[mask] = False
         infos: dict[str, Any] = {}
         for row in np.flatnonzero(mask):
@@ -93,24 +105,19 @@ class BatchVectorEnv(VectorEnv):
 
     def step(self, actions: Any):
         """Step every env, autoresetting finished ones as ``autoreset_mode`` says."""
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            command = np.where(self._autoreset, RESET, STEP).astype(np.uint8)
-        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
-            command = np.full(self.num_envs, SAME_STEP, np.uint8)
-        else:
-            command = np.full(self.num_envs, STEP, np.uint8)
-        observ, reward, terminated, truncated, raw = self._batch._exchange(command, actions)
+        command = vector_commands(self.autoreset_mode, self._autoreset)
+        observ, reward, terminated, truncated, raw = self._batch.exchange(command, actions)
         infos: dict[str, Any] = {}
         for row in sorted(raw):
             info = raw[row]
-            if isinstance(info, tuple) and info and info[0] == "same_step":
-                _, final_observ, final_info, info = info
+            same_step = split_same_step(info)
+            if same_step is not None:
+                final_observ, final_info, info = same_step
                 infos = self._add_info(
                     infos, {"final_obs": final_observ, "final_info": final_info}, row
                 )
             infos = self._add_info(infos, info, row)
         self._autoreset = terminated | truncated
-        self._batch.steps += 1
         return observ, reward, terminated, truncated, infos
 
     def call(self, name: str, *args, **kwargs) -> tuple:
@@ -127,17 +134,6 @@ class BatchVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs) -> None:
         self._batch.close()
-
-
-def _seeds(seed, num_envs: int) -> list:
-    if seed is None:
-        return [None] * num_envs
-    if isinstance(seed, (int, np.integer)):
-        return [int(seed) + i for i in range(num_envs)]
-    seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise ValueError(f"got {len(seeds)} seeds for num_envs={num_envs}")
-    return seeds
 
 
 def _check_mask(mask: Any, num_envs: int) -> np.ndarray:

@@ -24,9 +24,9 @@ LEFTOVER_GRACE_SECONDS = 2.0
 
 
 def _fork_server_pid() -> int | None:
-    from batchenv import _launch
+    from batchenv.workers import launch
 
-    return _launch.fork_server_pid()
+    return launch.fork_server_pid()
 
 
 def live_children() -> set[int]:

@@ -17,8 +17,6 @@ import psutil
 import pytest
 
 from batchenv import ExternalProcess
-from batchenv._launch import fork_server_pid
-from batchenv._worker import Readable
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -28,6 +26,8 @@ from batchenv.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from batchenv.workers.launch import fork_server_pid
+from batchenv.workers.protocol import Readable
 from tests import faulty_envs as fe
 
 ACTION = np.array([0.5], np.float32)

@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 from batchenv import spaces as batch_spaces
-from batchenv._worker import read_message, write_message
+from batchenv.workers.protocol import read_message, write_message
 
 BATCH = 4
 

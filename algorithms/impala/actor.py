@@ -21,7 +21,6 @@ The actor ignores SIGINT (the learner handles Ctrl-C), dies with the learner
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -32,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from batchenv.workers.liveness import orphaned, pid_alive, set_parent_death_signal
 
 from .models import forward_in
 
@@ -107,31 +108,11 @@ class ActorSpec:
     """The model's forward precision ('fp32' or 'bf16', see ImpalaConfig.precision)."""
 
 
-def _die_with_parent() -> int:
-    """Ask the kernel for SIGKILL when our parent (the fork server, which itself exits with
-    the learner process) dies; returns the parent's pid for the checks while idle."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
-    return os.getppid()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def run_actor(spec: ActorSpec, model: torch.nn.Module, slots: dict[str, torch.Tensor], conn):
     """Process entry point: fill slots with unrolls until stopped (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = _die_with_parent()
+    set_parent_death_signal()  # our parent is the fork server, which exits with the learner
+    parent = os.getppid()
     torch.set_num_threads(1)
     try:
         _Actor(spec, model, slots, conn, parent).run()
@@ -182,7 +163,7 @@ class _Actor:
                 self._handle(self.conn.recv())
                 continue
             if self.parent is not None and (
-                os.getppid() != self.parent or not _alive(self.spec.parent_pid)
+                orphaned(self.parent) or not pid_alive(self.spec.parent_pid)
             ):
                 os._exit(1)  # orphaned: the learner process is gone
             if time.monotonic() > deadline:

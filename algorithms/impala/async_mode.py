@@ -1,11 +1,14 @@
 """IMPALA's asynchronous mode: TorchBeast PolyBeast's design in one process, without gRPC.
 
 Actors never run the model. Each actor thread drives ``envs_per_actor`` envs living in a
-batchenv worker group (``env_workers`` processes, at least one) and, for every step, hands
-their observations to a C++ ``DynamicBatcher`` (batcher.so): one or more inference threads
-run the acting model on whatever steps of all actors are pending, as one batch, on
-``config.device``. Each actor assembles ``[T + 1]`` unrolls per env (the row layout of
-actor.py) and enqueues them in a C++ ``BatchingQueue``; learner threads take ``[T + 1, B]``
+batchenv worker group (``env_workers`` processes, at least one) through batchenv's
+asynchronous send/recv: it receives the first ``env_batch_size`` of its envs to finish
+(half of them by default, so the workers step one half while the model runs on the other,
+and a slow env stalls only itself) and hands their observations to a C++
+``DynamicBatcher`` (batcher.so): one or more inference threads run the acting model on
+whatever steps of all actors are pending, as one batch, on ``config.device``. Each env
+keeps its own ``[T + 1]`` unroll (the row layout of actor.py), enqueued in a C++
+``BatchingQueue`` as soon as it is full; learner threads take ``[T + 1, B]``
 batches from it, take V-trace steps (learner.py) and publish the weights to the acting model.
 
 Every wait has a deadline or is woken on shutdown: env steps and resets time out after
@@ -45,7 +48,7 @@ from .batcher import (
     ClosedBatcherError,
     DynamicBatcher,
 )
-from .envs import WorkerGroup
+from .envs import AsyncWorkerGroup
 from .errors import ActorDiedError, ActorTimeoutError
 from .models import forward_in
 from .trainer import Trainer, build_model
@@ -65,7 +68,7 @@ class _Actor:
     index: int
     incarnation: int = 0
     thread: threading.Thread | None = None
-    envs: WorkerGroup | None = None
+    envs: AsyncWorkerGroup | None = None
     in_progress: bool = False  # an unroll is being assembled (abandoned if the envs fail)
     pids: list[int] = field(default_factory=list)
 
@@ -220,9 +223,11 @@ class AsyncTrainer(Trainer):
             while not self._stop.is_set():
                 envs = None
                 try:
-                    envs = WorkerGroup(
-                        [self.constructor] * config.envs_per_actor,
+                    envs = AsyncWorkerGroup(
+                        self.constructor,
+                        config.envs_per_actor,
                         max(1, config.env_workers),
+                        config.actor_env_batch_size(),
                         timeout=config.actor_timeout,
                         start_timeout=config.start_timeout,
                     )
@@ -279,65 +284,79 @@ class AsyncTrainer(Trainer):
             config.max_actor_restarts,
         )
 
-    def _act(self, actor: _Actor, envs: WorkerGroup) -> None:
-        """Step ``envs`` through inference and enqueue their unrolls until training stops."""
+    def _act(self, actor: _Actor, envs: AsyncWorkerGroup) -> None:
+        """Run inference on whichever of ``envs`` finish first and enqueue each env's
+        unroll as soon as it has T steps, until training stops.
+
+        Every env keeps its own place in its own unroll: env j writes row ``row[j]`` of
+        ``unroll[key][j]`` when its results arrive, and at row T its unroll goes to the
+        learner queue while row T becomes row 0 of the next, as in MonoBeast.
+        """
         config = self.config
         num, T = config.envs_per_actor, config.unroll_length
         unroll = {
             key: torch.zeros((num, *shape), dtype=dtype).numpy()
             for key, (shape, dtype) in self._unroll_specs.items()
         }
-        every = slice(None)
-        observ = envs.reset(seed=config.actor_seed(actor.index, actor.incarnation))
-        reward = np.zeros(num, np.float32)
-        done = np.ones(num, np.bool_)
+        agent_out = {key: np.zeros_like(unroll[key][:, 0]) for key in _AGENT_KEYS}
+        row = np.zeros(num, np.int64)  # the row each env wrote last
+        started = np.zeros(num, np.bool_)  # row 0 written since the reset
+        sequence = np.zeros(num, np.int64)  # unrolls enqueued per env
         episode_return = np.zeros(num, np.float32)
         episode_step = np.zeros(num, np.int32)
         last_action = np.zeros(num, np.int64)
         core = [state.cpu().numpy() for state in self.model.initial_state(num)]
-        agent = {key: unroll[key][:, 0][None] for key in _AGENT_KEYS}  # zeros before step 0
-        sequence = 0
+        initial_core = [state.copy() for state in core]
+        actor.in_progress = True
+        envs.reset(seed=config.actor_seed(actor.index, actor.incarnation))
         while not self._stop.is_set():
-            actor.in_progress = True
+            ids, observ, reward, done = envs.recv()
+            fresh = ~started[ids]
+            if fresh.any():  # the first frame after the reset: done, as in MonoBeast
+                done = done | fresh
+            t = np.where(fresh, 0, row[ids] + 1)
+            episode_return[ids] += reward
+            episode_step[ids] += ~fresh
             write_row(
-                unroll, every, 0, observ, reward, done, episode_return, episode_step,
-                last_action, agent,
+                unroll, ids, t, observ, reward, done, episode_return[ids], episode_step[ids],
+                last_action[ids], {key: value[ids][None] for key, value in agent_out.items()},
             )  # fmt: skip
-            initial_core = core
-            for t in range(T):
-                inputs = {
-                    "frame": observ[None],
-                    "reward": reward[None],
-                    "done": done[None],
-                    "last_action": last_action[None],
-                }
-                for k, state in enumerate(core):
-                    inputs[f"core_{k}"] = state
-                agent = self.batcher.compute(inputs)
-                core = [agent[f"core_{k}"] for k in range(self.num_core)]
-                last_action = agent["action"][0]
-                observ, reward, done = envs.step(last_action)
-                episode_return += reward
-                episode_step += 1
-                write_row(
-                    unroll, every, t + 1, observ, reward, done, episode_return, episode_step,
-                    last_action, agent,
-                )  # fmt: skip
-                if done.any():
-                    episode_return[done] = 0.0
-                    episode_step[done] = 0
-            for j in range(num):
-                item = {key: value[j][:, None] for key, value in unroll.items()}
-                item["unroll_id"] = np.array(
-                    [[[actor.index, actor.incarnation, sequence * num + j]]], np.int64
-                )
-                for k, state in enumerate(initial_core):
-                    item[f"core_{k}"] = np.ascontiguousarray(state[:, j : j + 1])
-                self.learner_queue.enqueue(item)
-                with self._counts_lock:
-                    self.produced_unrolls += 1
-            actor.in_progress = False
-            sequence += 1
+            finished = ids[done & ~fresh]
+            episode_return[finished] = 0.0
+            episode_step[finished] = 0
+            row[ids], started[ids] = t, True
+            for j in ids[t == T].tolist():
+                self._enqueue(actor, unroll, j, sequence[j] * num + j, initial_core)
+                for value in unroll.values():
+                    value[j, 0] = value[j, T]
+                for state, initial in zip(core, initial_core):
+                    initial[:, j] = state[:, j]
+                row[j], sequence[j] = 0, sequence[j] + 1
+            inputs = {
+                "frame": observ[None],
+                "reward": reward[None],
+                "done": done[None],
+                "last_action": last_action[ids][None],
+            }
+            for k, state in enumerate(core):
+                inputs[f"core_{k}"] = state[:, ids]
+            agent = self.batcher.compute(inputs)
+            for k, state in enumerate(core):
+                state[:, ids] = agent[f"core_{k}"]
+            for key in _AGENT_KEYS:
+                agent_out[key][ids] = agent[key][0]
+            last_action[ids] = agent["action"][0]
+            envs.send(last_action[ids], ids)
+
+    def _enqueue(self, actor: _Actor, unroll: dict, j: int, number: int, initial_core) -> None:
+        """Put env ``j``'s finished unroll on the learner queue."""
+        item = {key: value[j][:, None] for key, value in unroll.items()}
+        item["unroll_id"] = np.array([[[actor.index, actor.incarnation, number]]], np.int64)
+        for k, state in enumerate(initial_core):
+            item[f"core_{k}"] = np.ascontiguousarray(state[:, j : j + 1])
+        self.learner_queue.enqueue(item)
+        with self._counts_lock:
+            self.produced_unrolls += 1
 
     # ---- learner threads ----------------------------------------------------------------
 

@@ -48,6 +48,10 @@ class ImpalaConfig:
     env_workers: int = 0
     """Worker processes of an actor's envs (batchenv.make); 0: sync actors step their envs
     themselves, async actors use 1 worker."""
+    env_batch_size: int = 0
+    """Async: envs an actor runs the model on at once, the first of its envs to finish
+    (batchenv's send/recv); 0: half of envs_per_actor (at least 1), so that the workers
+    step one half while the model runs on the other; envs_per_actor: lockstep."""
     total_steps: int = 100_000
     """Agent steps to train for (the learning rate reaches 0 here)."""
     seed: int = 0
@@ -140,6 +144,11 @@ class ImpalaConfig:
             raise ValueError(f"ImpalaConfig.log_every must be >= 0, got {self.log_every!r}")
         if self.env_workers < 0:
             raise ValueError(f"ImpalaConfig.env_workers must be >= 0, got {self.env_workers!r}")
+        if not 0 <= self.env_batch_size <= self.envs_per_actor:
+            raise ValueError(
+                "ImpalaConfig.env_batch_size must be in [0, envs_per_actor="
+                f"{self.envs_per_actor}], got {self.env_batch_size!r}"
+            )
         if self.max_actor_restarts < 0:
             raise ValueError(
                 f"ImpalaConfig.max_actor_restarts must be >= 0, got {self.max_actor_restarts!r}"
@@ -198,6 +207,10 @@ class ImpalaConfig:
         if self.max_learner_queue_size is not None:
             return self.max_learner_queue_size
         return 2 * self.batch_size
+
+    def actor_env_batch_size(self) -> int:
+        """Envs per inference call of an async actor (``env_batch_size``, 0 resolved)."""
+        return self.env_batch_size or max(1, self.envs_per_actor // 2)
 
     def actor_seed(self, actor: int, incarnation: int) -> int:
         """Seed of env 0 of ``actor``'s ``incarnation`` (env j gets this + j)."""

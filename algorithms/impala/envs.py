@@ -25,6 +25,7 @@ import gymnasium
 import numpy as np
 
 __all__ = [
+    "AsyncWorkerGroup",
     "InProcessGroup",
     "WorkerGroup",
     "describe",
@@ -142,6 +143,57 @@ class WorkerGroup:
             rows = np.flatnonzero(done)
             observ[rows] = self.env.reset(indices=rows)[0]
         return observ, reward.astype(np.float32, copy=False), done
+
+    def pids(self) -> list[int]:
+        """Process ids of the workers."""
+        return [process.pid for process in self.env.processes()]
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class AsyncWorkerGroup:
+    """Envs in a ``batchenv.make`` worker group driven by EnvPool's ``send``/``recv``:
+    :meth:`recv` returns the first ``batch_size`` envs to finish, so the actor runs the
+    model on them while the workers step the others, and a slow env stalls only itself.
+    Finished envs reset at once (their row holds the next episode's first observation and
+    ``done``), as in TorchBeast."""
+
+    def __init__(
+        self,
+        constructor: Callable[[], gymnasium.Env],
+        num_envs: int,
+        num_workers: int,
+        batch_size: int,
+        timeout: float,
+        start_timeout: float | None = None,
+    ):
+        import batchenv
+        from batchenv.make import DEFAULT_START_TIMEOUT
+
+        self.env = batchenv.make(
+            constructor,
+            num_envs,
+            num_workers=num_workers,
+            batch_size=batch_size,
+            autoreset_mode="same_step",
+            timeout=timeout,
+            start_timeout=DEFAULT_START_TIMEOUT if start_timeout is None else start_timeout,
+        )
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reset every env (env j with ``seed + j``); their first observations come from
+        :meth:`recv` (with ``done`` False and reward 0)."""
+        self.env.async_reset(seed=seed)
+
+    def recv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(env_ids, observ, reward, done)`` of the first ``batch_size`` envs to finish."""
+        observ, reward, terminated, truncated, info = self.env.recv()
+        done = np.logical_or(terminated, truncated)
+        return info["env_id"], observ, reward.astype(np.float32, copy=False), done
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        self.env.send(actions, env_ids)
 
     def pids(self) -> list[int]:
         """Process ids of the workers."""

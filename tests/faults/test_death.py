@@ -11,6 +11,7 @@ import time
 import pytest
 
 import batchenv
+import batchenv.workers.launch
 from batchenv import BatchEnv
 from batchenv.errors import ClosedError, WorkerDiedError
 from tests import faulty_envs as fe
@@ -44,7 +45,7 @@ def test_worker_exiting_mid_step_reports_its_exit_code(kind, batches, wait_gone)
 def _kill_fork_server_under(env: BatchEnv) -> list[int]:
     """SIGKILL the fork server (its workers die with it); return the workers' pids."""
     pids = worker_pids(env)
-    server = batchenv._launch.fork_server_pid()
+    server = batchenv.workers.launch.fork_server_pid()
     assert server is not None
     os.kill(server, signal.SIGKILL)
     for pid in pids:

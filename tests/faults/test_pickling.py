@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 import batchenv
+import batchenv.workers.launch
 from batchenv.errors import ClosedError, EnvWorkerError
 from tests import faulty_envs as fe
 from tests.faults.fault_helpers import KINDS, K, S, actions, step_ok, worker_pids
@@ -37,7 +38,7 @@ def test_unpicklable_constructor_is_a_type_error_before_any_process(kind, which,
         batches(kind, UNPICKLABLE_CONSTRUCTORS[which])
     assert info.value.__cause__ is not None
     after = {child.pid for child in psutil.Process().children(recursive=True)}
-    assert after <= before | {batchenv._launch.fork_server_pid()}
+    assert after <= before | {batchenv.workers.launch.fork_server_pid()}
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -14,6 +14,7 @@ deadline and notices a dead worker at once; failures raise the typed errors of
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import pickle
@@ -21,12 +22,12 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from multiprocessing.reduction import send_handle
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
-from batchenv._launch import WorkerProcess, start_worker
-from batchenv._worker import Readable, read_message, spin_wait, write_message
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -36,6 +37,8 @@ from batchenv.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from batchenv.workers.launch import WorkerProcess, start_worker
+from batchenv.workers.protocol import Readable, read_message, spin_wait, write_message
 
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_CLOSE_TIMEOUT = 5.0
@@ -58,7 +61,8 @@ def describe_constructor(constructor: Callable) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _remaining(deadline: float | None) -> float | None:
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (a ``time.monotonic()`` value; None: no deadline)."""
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
@@ -72,7 +76,9 @@ class ExternalProcess:
         start_timeout: seconds allowed for starting the worker and building the envs.
         timeout: default deadline in seconds for each call (None: no deadline; a dead
             worker is still noticed at once).
-        worker_index, rows: how errors name this worker and its envs inside a BatchEnv.
+        worker_index: how errors name this worker inside a BatchEnv.
+        rows: how errors name its envs (their batch rows).
+        wait: wait until the envs are built (False: call :meth:`wait_started` later).
         spin_us: after sending a step, poll for the reply for up to this many microseconds
             before sleeping, and let the worker poll for the next step as long after
             replying (both yield the core between polls). Saves the cross-core wake-ups that
@@ -116,7 +122,7 @@ class ExternalProcess:
             raise ValueError(f"spin_us must be >= 0, got {spin_us!r}")
         self.spin = spin_us * 1e-6
         self.steps = 0
-        self._pending: str | None = None
+        self._pending: collections.deque[str] = collections.deque()  # requests in flight
         self._closed = False
         self._broken: BaseException | None = None
         self._process: WorkerProcess = start_worker(start_method)
@@ -207,12 +213,15 @@ class ExternalProcess:
 
     # ------------------------------------------------------------------ the wire
 
-    def send(self, request: tuple | bytes, what: str, *, step: int | None = None) -> None:
-        """Send a request; the reply must be collected with :meth:`wait` before the next."""
+    def send(
+        self, request: tuple | bytes, what: str, *, step: int | None = None, pipeline: bool = False
+    ) -> None:
+        """Send a request; its reply must be collected with :meth:`wait` before the next
+        request, unless ``pipeline``: then replies are collected in the order sent."""
         self._check_usable(what)
-        if self._pending is not None:
+        if self._pending and not pipeline:
             raise AlreadyPendingCallError(
-                f"{what} called while {self._pending} is still pending on worker "
+                f"{what} called while {self._pending[0]} is still pending on worker "
                 f"{self.worker_index}; wait for its result first"
             )
         try:
@@ -222,26 +231,52 @@ class ExternalProcess:
                 self._conn.send_bytes(pickle.dumps(request))
         except OSError as error:
             self._fail(self._died(what, step), error)
-        self._pending = what
+        self._pending.append(what)
 
     def wait(self, timeout: float | None = None, *, step: int | None = None):
         """Collect the reply of the pending request (``b""`` for an empty fast reply)."""
-        if self._pending is None or self._closed:  # a closed worker's fd may be reused
+        if not self._pending or self._closed:  # a closed worker's fd may be reused
             self._check_usable("wait")
             raise NoPendingCallError(f"no call is pending on worker {self.worker_index}")
         timeout = self.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        what, self._pending = self._pending, None
-        return self._receive(deadline, what, step=step)
+        return self._receive(deadline, self._pending.popleft(), step=step)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent whose replies are not collected yet."""
+        return len(self._pending)
+
+    def reply_ready(self) -> bool:
+        """True when a reply (or the worker's death) can be read without waiting."""
+        try:
+            return self._readable(0)
+        except (OSError, ValueError):
+            return True
+
+    def fileno(self) -> int:
+        """The connection's file descriptor, to wait on several workers at once."""
+        return self._fd
+
+    def send_fd(self, fd: int) -> None:
+        """Pass file descriptor ``fd`` to the worker (after a request that expects one)."""
+        send_handle(self._conn, fd, self.pid)
+
+    def label(self, worker_index: int, rows: Sequence[int]) -> None:
+        """How errors name this worker and its envs from now on (its place in a batch)."""
+        self.worker_index, self.rows = worker_index, list(rows)
 
     def _roundtrip(self, request: tuple, what: str):
         self.send(request, what)
         return self.wait()
 
-    def _receive(self, deadline: float | None, what: str, *, step: int | None = None):
-        step = self.steps if step is None else step
+    def _receive(self, deadline: float | None, what: str, *, step=None):
+        """``step`` names when a failure happened: an int, or one step count per batch row
+        (an asynchronous batch, where every env has its own), or None for ``self.steps``."""
+        steps_by_row = None if step is None or isinstance(step, (int, np.integer)) else step
+        step = self.steps if step is None else self._step_of(step, None)
         try:
-            ready = spin_wait(self._readable, self.spin) or self._readable(_remaining(deadline))
+            ready = spin_wait(self._readable, self.spin) or self._readable(remaining(deadline))
         except BaseException:  # KeyboardInterrupt while waiting: stop the worker, re-raise
             self.terminate()
             raise
@@ -265,11 +300,19 @@ class ExternalProcess:
         status, *rest = pickle.loads(message)
         if status == "ok":
             return rest[0]
-        self._fail(*self._remote_error(what, step, *rest))
+        self._fail(*self._remote_error(what, step if steps_by_row is None else steps_by_row, *rest))
+
+    def _step_of(self, step, env_index: int | None) -> int:
+        """The step to name: ``step``, or the count of ``env_index`` (else of this worker's
+        first env) when ``step`` holds one count per batch row."""
+        if isinstance(step, (int, np.integer)):
+            return int(step)
+        return int(step[self.rows[0] if env_index is None else env_index])
 
     def _remote_error(self, what, step, env_index, payload, type_name, message, text):
         if env_index in self._worker_rows:  # the batch may have renamed our rows since
             env_index = self.rows[self._worker_rows.index(env_index)]
+        step = self._step_of(step, env_index)
         remote = None
         if payload:
             try:
@@ -348,12 +391,12 @@ class ExternalProcess:
         if self._broken is None and self._process.exitcode() is None:
             deadline = time.monotonic() + timeout
             try:
-                if self._pending is not None:  # the worker answers the pending call first
-                    self._pending = None
-                    if self._conn.poll(_remaining(deadline)):
+                while self._pending:  # the worker answers the pending calls first
+                    self._pending.popleft()
+                    if self._conn.poll(remaining(deadline)):
                         self._conn.recv_bytes()
                 self._conn.send_bytes(pickle.dumps(("close",)))
-                if self._conn.poll(_remaining(deadline)):
+                if self._conn.poll(remaining(deadline)):
                     message = self._conn.recv_bytes()
                     if message:
                         problems = pickle.loads(message)[1] or []
@@ -361,7 +404,7 @@ class ExternalProcess:
                     problems = [f"env close did not finish within {timeout} s; worker killed"]
             except (EOFError, OSError):
                 pass
-            self._process.join(_remaining(deadline) or 0.0)
+            self._process.join(remaining(deadline) or 0.0)
         self.terminate()
         return problems
 
@@ -395,6 +438,10 @@ class _Promise:
         self._used = False
 
     on_result = None
+
+    def ready(self) -> bool:
+        """True when the reply can be collected without waiting."""
+        return self._owner.reply_ready()
 
     def __call__(self, timeout: float | None = None, *, step: int | None = None):
         if self._used:

@@ -20,19 +20,15 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from batchenv.workers.liveness import pid_alive, set_parent_death_signal, started_by_main_thread
+
 START_METHODS = ("forkserver", "spawn")
 
 _CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-def _in_main_thread() -> bool:
-    # PR_SET_PDEATHSIG fires when the *thread* that started the child exits, so it is only
-    # safe for children started by the main thread; the others rely on the parent-pid check.
-    return threading.current_thread() is threading.main_thread()
-
-
 def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _child_environment() -> dict:
@@ -64,7 +60,7 @@ class WorkerProcess:
                 code = self._popen.poll()
             else:
                 code = self._server.exit_status(self.pid) if self._server.alive() else None
-                if code is None and not self._server.alive() and not _pid_alive(self.pid):
+                if code is None and not self._server.alive() and not pid_alive(self.pid):
                     break  # its server died: the status is lost, but it is gone
             if code is not None or time.monotonic() >= deadline:
                 break
@@ -85,14 +81,16 @@ class WorkerProcess:
 
 
 def start_worker(start_method: str = "forkserver") -> WorkerProcess:
-    """Start one worker process running ``batchenv._worker.main``."""
+    """Start one worker process running :func:`batchenv.workers.server.main`."""
     if start_method not in START_METHODS:
         raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         if start_method == "spawn":
             fd = child_sock.fileno()
-            code = f"from batchenv._worker import main; main({fd}, {_in_main_thread()})"
+            code = (
+                f"from batchenv.workers.server import main; main({fd}, {started_by_main_thread()})"
+            )
             popen = subprocess.Popen(
                 [sys.executable, "-c", code],
                 pass_fds=(fd,),
@@ -129,7 +127,10 @@ class _ForkServer:
     def __init__(self):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fd = child_sock.fileno()
-        code = f"from batchenv._launch import serve_forks; serve_forks({fd}, {_in_main_thread()})"
+        code = (
+            "from batchenv.workers.launch import serve_forks; "
+            f"serve_forks({fd}, {started_by_main_thread()})"
+        )
         self.popen = subprocess.Popen(
             [sys.executable, "-c", code],
             pass_fds=(fd,),
@@ -195,24 +196,6 @@ def _stop_fork_server() -> None:
         _SERVER.stop()
 
 
-def _pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, which may never be reaped here, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
 def _recv_exact(sock: socket.socket, count: int) -> bytes:
     data = b""
     while len(data) < count:
@@ -226,11 +209,10 @@ def _recv_exact(sock: socket.socket, count: int) -> bytes:
 def serve_forks(fd: int, pdeathsig: bool) -> None:
     """Main loop of the fork server process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from batchenv._worker import set_parent_death_signal
-
     if pdeathsig:
         set_parent_death_signal()
-    for module in ("numpy", "cloudpickle", "gymnasium", "batchenv.compat", "batchenv.spaces"):
+    preload = ("numpy", "cloudpickle", "gymnasium", "batchenv.compat", "batchenv.workers.server")
+    for module in preload:
         try:
             __import__(module)
         except ImportError:
@@ -256,7 +238,7 @@ def serve_forks(fd: int, pdeathsig: bool) -> None:
             if pid == 0:
                 sock.close()
                 set_parent_death_signal()
-                from batchenv._worker import main
+                from batchenv.workers.server import main
 
                 main(fds[0])
                 os._exit(0)
