@@ -35,6 +35,7 @@ import numpy as np
 from batchenv import spaces as batch_spaces
 from batchenv.batch_env import per_env_seeds
 from batchenv.errors import AlreadyPendingCallError, ClosedError, NoPendingCallError
+from batchenv.infos import batch_infos
 from batchenv.workers.autoreset import RESET, SAME_STEP, STEP, split_same_step
 from batchenv.workers.external_process import DEFAULT_CLOSE_TIMEOUT
 from batchenv.workers.shared_memory_transport import SharedMemoryTransport
@@ -216,8 +217,7 @@ class AsyncBatchEnv:
         self._stepping[rows] = command != RESET
 
     def _batched_infos(self, rows: np.ndarray, raw: dict) -> dict:
-        infos = _InfoBatch(len(rows))
-        merged: dict[str, Any] = {}
+        pairs = []
         for k, row in enumerate(rows.tolist()):
             info = raw.get(row)
             if not info:
@@ -225,8 +225,9 @@ class AsyncBatchEnv:
             same_step = split_same_step(info)
             if same_step is not None:
                 final_observ, final_info, info = same_step
-                merged = infos.add(merged, {"final_obs": final_observ, "final_info": final_info}, k)
-            merged = infos.add(merged, info, k)
+                info = {"final_obs": final_observ, "final_info": final_info, **info}
+            pairs.append((k, info))
+        merged = batch_infos(len(rows), pairs)
         merged["env_id"] = rows
         return merged
 
@@ -275,21 +276,6 @@ class AsyncBatchEnv:
             f"AsyncBatchEnv({self.num_envs} envs, batch_size={self.batch_size}, "
             f"{self.observation_space}, {self.action_space}, {state})"
         )
-
-
-class _InfoBatch:
-    """Gymnasium's batching of infos (``VectorEnv._add_info``) for ``num_envs`` rows."""
-
-    def __init__(self, num_envs: int):
-        from gymnasium.vector import VectorEnv
-
-        self.num_envs = num_envs
-        self._vector_add = VectorEnv._add_info
-
-    def _add_info(self, infos: dict, info: dict, index: int) -> dict:
-        return self._vector_add(self, infos, info, index)
-
-    add = _add_info
 
 
 def _short(rows: list[int]) -> str:

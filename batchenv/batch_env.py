@@ -31,7 +31,7 @@ from batchenv.errors import (
     NoPendingCallError,
     NotResetError,
 )
-from batchenv.workers.autoreset import IDLE, SAME_STEP, STEP, STEP_AHEAD
+from batchenv.workers.autoreset import IDLE
 from batchenv.workers.external_process import DEFAULT_CLOSE_TIMEOUT
 from batchenv.workers.list_transport import ListTransport
 from batchenv.workers.transport import Results, Transport
@@ -205,16 +205,19 @@ class BatchEnv:
 
     def exchange(
         self,
-        command: np.ndarray,
+        command: np.ndarray | None,
         actions: Nest | None,
         reset_args: dict | None = None,
         timeout: float | None = None,
+        *,
+        count_step: bool = True,
     ):
         """One lockstep round trip with a per-row command (shared-memory BatchEnv only).
 
         ``command`` holds one of ``batchenv.workers.autoreset``'s commands per row (STEP,
-        RESET, SAME_STEP, STEP_AHEAD, or IDLE to leave the row alone); ``reset_args`` maps
-        a reset row to its ``(seed, options)``. Counts as a step. Returns ``(observ,
+        RESET, SAME_STEP, STEP_AHEAD, or IDLE to leave the row alone), or is None when
+        every row steps (the fastest case); ``reset_args`` maps a reset row to its
+        ``(seed, options)``; ``count_step`` adds one to ``steps``. Returns ``(observ,
         reward, terminated, truncated, raw_infos)`` for the whole batch, ``raw_infos``
         mapping a row to what its env returned. This is how ``BatchVectorEnv`` implements
         Gymnasium's autoreset modes.
@@ -224,8 +227,9 @@ class BatchEnv:
             leaves = self._check(actions, self.check_actions)
         self._start("mixed", self._all_rows, leaves, reset_args, command=command)
         results = self._finish("mixed", timeout)
-        self._needs_reset[command != IDLE] = False
-        if np.isin(command, (STEP, SAME_STEP, STEP_AHEAD)).any():
+        if command is not None:
+            self._needs_reset[command != IDLE] = False
+        if count_step:
             self.steps += 1
         return (
             self._unflatten(results.observ),

@@ -96,7 +96,7 @@ class BatchVectorEnv(VectorEnv):
             mask = _check_mask(options.pop("reset_mask"), self.num_envs)
         reset_args = {int(i): (seeds[i], options) for i in np.flatnonzero(mask)}
         command = np.where(mask, RESET, 0).astype(np.uint8)
-        observ, _, _, _, raw = self._batch.exchange(command, None, reset_args)
+        observ, _, _, _, raw = self._batch.exchange(command, None, reset_args, count_step=False)
         self._autoreset[mask] = False
         infos: dict[str, Any] = {}
         for row in np.flatnonzero(mask):

@@ -63,17 +63,18 @@ def split_same_step(info):
     return None
 
 
-def vector_commands(mode, finished: np.ndarray) -> np.ndarray:
+def vector_commands(mode, finished: np.ndarray) -> np.ndarray | None:
     """The per-row commands of a step under Gymnasium autoreset ``mode`` (NEXT_STEP,
-    SAME_STEP or DISABLED, by value): NEXT_STEP resets the rows in ``finished`` (the
-    rows whose episode ended at the previous step) instead of stepping them."""
+    SAME_STEP or DISABLED, by value), or None when every row just steps: NEXT_STEP resets
+    the rows in ``finished`` (the rows whose episode ended at the previous step) instead
+    of stepping them."""
     value = getattr(mode, "value", mode)  # gymnasium.vector.AutoresetMode or its value
     if value == "NextStep":
-        return np.where(finished, RESET, STEP).astype(np.uint8)
+        return np.where(finished, RESET, STEP).astype(np.uint8) if finished.any() else None
     if value == "SameStep":
         return np.full(len(finished), SAME_STEP, np.uint8)
     if value == "Disabled":
-        return np.full(len(finished), STEP, np.uint8)
+        return None
     raise ValueError(f"unknown autoreset mode {mode!r}")
 
 

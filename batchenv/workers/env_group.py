@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from batchenv import spaces as batch_spaces
-from batchenv.workers.autoreset import IDLE, RESET, STEP_AHEAD, end_episode
+from batchenv.workers.autoreset import IDLE, RESET, STEP, STEP_AHEAD, end_episode
 from batchenv.workers.protocol import EnvFailure
 from batchenv.workers.shared_memory import Buffers
 
@@ -77,73 +77,56 @@ class EnvGroup:
         )
 
     def run_commands(self, reset_args: dict | None, rows: np.ndarray | None = None) -> dict | None:
-        """Run the shared per-row commands of ``rows`` (default: all of this group's).
-
-        Commands and actions are read with one NumPy call each, and rewards and flags are
-        written back with one call each: per env, only ``env.step`` and the observation
-        write remain. Returns the non-empty infos by row, or None.
-        """
-        command, read_actions, write_observ, write_ahead, reward, terminated, truncated = self.fast
+        """Run the shared per-row commands of ``rows`` (default: all of this group's);
+        IDLE rows are left alone. Returns the non-empty infos by row, or None."""
+        command = self.fast[0]
         if rows is None:
             rows, envs = self.row_array, self.envs
         else:
             envs = [self.envs[self.position[row]] for row in rows.tolist()]
         todos = command[rows].tolist()
+        if IDLE in todos:
+            busy = [k for k, todo in enumerate(todos) if todo != IDLE]
+            rows, envs, todos = rows[busy], [envs[k] for k in busy], [todos[k] for k in busy]
+        return self._run(envs, rows, todos, reset_args)
+
+    def step_all(self, ahead: bool) -> dict | None:
+        """Step every env of this group: STEP, or STEP_AHEAD when ``ahead``, with no
+        per-row command to read (the common case of a training loop)."""
+        return self._run(self.envs, self.row_array, None, None, STEP_AHEAD if ahead else STEP)
+
+    def _run(self, envs, rows: np.ndarray, todos, reset_args, todo: int = STEP) -> dict | None:
+        """Run command ``todos[k]`` (or ``todo`` for all) on ``envs[k]``, batch row
+        ``rows[k]``, and write the results to the shared block.
+
+        Actions are read with one NumPy call, rewards and flags written with one call each,
+        and observations of a flat space with one assignment when the rows are the whole
+        group: per env only ``env.step`` (or ``env.reset``) and list appends remain.
+        """
+        _, read_actions, write_observ, write_ahead, reward, terminated, truncated = self.fast
+        labels = rows.tolist()
         actions = read_actions(rows)
-        rewards = reward[rows].tolist()
-        terms = terminated[rows].tolist()
-        truncs = truncated[rows].tolist()
+        block = self.block if rows is self.row_array else None  # the whole group, in order
+        shape = block[0] if block is not None else None
+        observs, rewards, terms, truncs = [], [], [], []
         infos = None
         for k, env in enumerate(envs):
-            todo = todos[k]
-            if todo == IDLE:
-                continue
-            row = int(rows[k])
+            row = labels[k]
+            if todos is not None:
+                todo = todos[k]
             try:
                 if todo == RESET:
                     seed, options = (reset_args or {}).get(row, (None, None))
                     observ, info = env.reset(seed=seed, options=options)
-                    rewards[k], terms[k], truncs[k] = 0.0, False, False
+                    rew, term, trunc = 0.0, False, False
                 else:
-                    observ, rewards[k], terms[k], truncs[k], info = env.step(actions[k])
-                    if terms[k] or truncs[k]:
+                    observ, rew, term, trunc, info = env.step(actions[k])
+                    if (term or trunc) and todo != STEP:
                         observ, info = end_episode(env, todo, observ, info, write_ahead, row)
-                write_observ(row, observ)
+                if shape is None or getattr(observ, "shape", None) != shape:
+                    write_observ(row, observ)  # its checks name what was expected
             except BaseException as error:
                 raise EnvFailure(row, error) from error
-            if info:
-                if infos is None:
-                    infos = {}
-                infos[row] = info
-        reward[rows] = rewards
-        terminated[rows] = terms
-        truncated[rows] = truncs
-        return infos
-
-    def step_all(self, ahead: bool) -> dict | None:
-        """Step every env of this group: STEP, or STEP_AHEAD when ``ahead``, with no
-        per-row command to read.
-
-        The common case of a training loop, so the per-env work is only ``env.step``, a
-        shape check and list appends; observations of a flat space are written with one
-        NumPy assignment for the whole group of rows.
-        """
-        _, read_actions, write_observ, write_ahead, reward, terminated, truncated = self.fast
-        rows, block = self.rows, self.block
-        actions = read_actions(self.row_array)
-        observs, rewards, terms, truncs = [], [], [], []
-        shape = block[0] if block is not None else None
-        todo = STEP_AHEAD if ahead else None
-        infos = None
-        for k, env in enumerate(self.envs):
-            try:
-                observ, rew, term, trunc, info = env.step(actions[k])
-                if todo is not None and (term or trunc):
-                    observ, info = end_episode(env, todo, observ, info, write_ahead, rows[k])
-                if shape is None or getattr(observ, "shape", None) != shape:
-                    write_observ(rows[k], observ)  # its shape check names what was expected
-            except BaseException as error:
-                raise EnvFailure(rows[k], error) from error
             observs.append(observ)
             rewards.append(rew)
             terms.append(term)
@@ -151,17 +134,16 @@ class EnvGroup:
             if info:
                 if infos is None:
                     infos = {}
-                infos[rows[k]] = info
+                infos[row] = info
         if block is not None:
             try:
                 block[1][...] = observs
             except (ValueError, TypeError):  # store row by row, naming a row that fails
-                for row, observ in zip(rows, observs):
+                for row, observ in zip(labels, observs):
                     try:
                         write_observ(row, observ)
                     except BaseException as error:
                         raise EnvFailure(row, error) from error
-        rows = self.row_array
         reward[rows] = rewards
         terminated[rows] = terms
         truncated[rows] = truncs

@@ -111,7 +111,7 @@ class SharedMemoryTransport:
                 buffer[...] = part
         self._kind, self._rows = kind, rows
         local = self.local
-        if kind == "step" and command is None:  # every row steps: no command array
+        if kind in ("step", "mixed") and command is None:  # every row steps: no command array
             self.ahead.forget(slice(None))
             for worker in self.workers:
                 worker.send(self._step_message, kind, step=step)
