@@ -3,9 +3,18 @@
 Worker failures carry who failed (worker index, env index, env description), when (the
 step count) and why (the remote exception, re-created with its original type where it
 can be unpickled, with the remote traceback chained as its ``__cause__``).
+
+Where Gymnasium's vector envs raise an error of their own (``ClosedEnvironmentError``,
+``AlreadyPendingCallError``, ``NoAsyncCallError``, ``multiprocessing.TimeoutError``), the
+batchenv error that stands for it is also an instance of Gymnasium's, so code written
+against ``gymnasium.vector`` keeps catching it.
 """
 
 from __future__ import annotations
+
+import multiprocessing
+
+from gymnasium import error as gym_error
 
 
 class BatchEnvError(Exception):
@@ -60,7 +69,7 @@ class WorkerDiedError(EnvWorkerError):
         self.exitcode = exitcode
 
 
-class WorkerTimeoutError(EnvWorkerError, TimeoutError):
+class WorkerTimeoutError(EnvWorkerError, TimeoutError, multiprocessing.TimeoutError):
     """A worker did not answer within the deadline. ``env_indices`` are the slow rows."""
 
     def __init__(self, message: str, *, env_indices: tuple[int, ...] = (), **kwargs):
@@ -68,17 +77,72 @@ class WorkerTimeoutError(EnvWorkerError, TimeoutError):
         self.env_indices = env_indices
 
 
-class ClosedError(BatchEnvError):
+class ClosedError(BatchEnvError, gym_error.ClosedEnvironmentError):
     """The env was closed, or broken by an earlier failure; create a new one."""
 
 
-class AlreadyPendingCallError(BatchEnvError):
-    """A call was made while another asynchronous call is still waiting for its result."""
+class AlreadyPendingCallError(BatchEnvError, gym_error.AlreadyPendingCallError):
+    """A call was made while another asynchronous call is still waiting for its result.
+    ``name`` is the pending call ("step", "reset"), as in Gymnasium's error."""
+
+    def __init__(self, message: str, name: str | None = None):
+        Exception.__init__(self, message)
+        self.name = name
 
 
-class NoPendingCallError(BatchEnvError):
-    """A wait was made with no asynchronous call pending."""
+class NoPendingCallError(BatchEnvError, gym_error.NoAsyncCallError):
+    """A wait was made with no asynchronous call pending. ``name`` is the wait's call."""
+
+    def __init__(self, message: str, name: str | None = None):
+        Exception.__init__(self, message)
+        self.name = name
 
 
 class NotResetError(BatchEnvError):
     """step() was called on an env that has not been reset since it was created."""
+
+
+class SpacesMismatchError(BatchEnvError, RuntimeError):
+    """The sub-envs of a vector env have different spaces where equal ones are needed."""
+
+
+class UnsupportedSpaceError(BatchEnvError, TypeError, ValueError):
+    """A space batchenv cannot lay out in shared memory (Graph, Sequence, custom spaces).
+
+    A TypeError, as Gymnasium's shared-memory error for spaces of dynamic shape, and a
+    ValueError, as ``AsyncVectorEnv(shared_memory=True)``'s for custom spaces."""
+
+
+_WITH_ENV_TYPE: dict[type, type] = {}
+
+
+def with_env_type(error: BaseException) -> BaseException:
+    """An :class:`EnvWorkerError` that is also an instance of the env's own exception type
+    (its ``__cause__``), so ``except ValueError`` catches an env's ValueError as with
+    Gymnasium's vector envs; ``error`` itself when there is no such type to add, or when
+    the type cannot be combined (an OSError, say)."""
+    cause = error.__cause__
+    if (
+        type(error) is not EnvWorkerError
+        or not isinstance(cause, Exception)
+        or isinstance(cause, BatchEnvError)
+    ):
+        return error
+    kind = type(cause)
+    combined = _WITH_ENV_TYPE.get(kind)
+    if combined is None:
+        try:
+            combined = type(f"EnvWorkerError[{kind.__name__}]", (EnvWorkerError, kind), {})
+        except TypeError:
+            return error
+        _WITH_ENV_TYPE[kind] = combined
+    typed = combined(
+        str(error),
+        worker=error.worker,
+        env_index=error.env_index,
+        step=error.step,
+        env_description=error.env_description,
+        remote_type=error.remote_type,
+    )
+    typed.__cause__ = cause
+    return typed.with_traceback(error.__traceback__)
