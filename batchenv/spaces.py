@@ -1,8 +1,16 @@
 """Batched arrays for Gymnasium spaces: buffers, row writers and action checks.
 
 A space is seen as a nest (Tuple -> tuple, Dict -> dict) of leaf spaces (Box, Discrete,
-MultiDiscrete, MultiBinary). A batch of values is the same nest of NumPy arrays with a
-leading batch axis. Everything here is plain NumPy: worker processes import it.
+MultiDiscrete, MultiBinary, Text). A batch of values is the same nest of NumPy arrays with
+a leading batch axis. Everything here is plain NumPy: worker processes import it.
+
+Text and OneOf are laid out as Gymnasium's shared-memory ``AsyncVectorEnv`` lays them out:
+a Text value is stored as its ``max_length`` int32 character indices (padded with
+``len(character_set)``) and a batch of them reads back as a tuple of strings; a OneOf is
+its index (a ``Discrete(len(spaces))`` leaf) followed by the leaves of every subspace, only
+the chosen one written, and a batch reads back as a tuple of ``(index, value)`` pairs.
+Graph and Sequence have no static shape and custom spaces no layout: they raise
+:class:`~batchenv.errors.UnsupportedSpaceError`.
 """
 
 from __future__ import annotations
@@ -13,7 +21,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from batchenv.errors import UnsupportedSpaceError
+
 Nest = Any
+PLAIN_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
 def leaves(space: spaces.Space) -> list[spaces.Space]:
@@ -22,23 +33,40 @@ def leaves(space: spaces.Space) -> list[spaces.Space]:
         return [leaf for sub in space.spaces for leaf in leaves(sub)]
     if isinstance(space, spaces.Dict):
         return [leaf for sub in space.spaces.values() for leaf in leaves(sub)]
-    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+    if isinstance(space, spaces.OneOf):
+        index = spaces.Discrete(len(space.spaces))
+        return [index] + [leaf for sub in space.spaces for leaf in leaves(sub)]
+    if isinstance(space, (*PLAIN_LEAVES, spaces.Text)):
         return [space]
-    raise TypeError(
-        f"batchenv cannot batch a {type(space).__name__} space; supported: Box, Discrete, "
-        "MultiDiscrete, MultiBinary and Tuple/Dict nests of them"
+    supported = "Box, Discrete, MultiDiscrete, MultiBinary, Text and Tuple/Dict/OneOf nests"
+    if isinstance(space, (spaces.Graph, spaces.Sequence)):
+        raise UnsupportedSpaceError(
+            f"batchenv cannot batch {space}: it has a dynamic shape so its not possible to "
+            f"make a static shared memory. Use spaces of fixed shape ({supported})"
+        )
+    raise UnsupportedSpaceError(
+        f"batchenv cannot batch a {type(space).__name__} space: it has no shared-memory "
+        f"layout; use {supported}"
     )
+
+
+def is_plain(space: spaces.Space) -> bool:
+    """True for a single leaf stored as it is (not a nest, not Text, not OneOf)."""
+    return isinstance(space, PLAIN_LEAVES)
 
 
 def leaf_layout(space: spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
     """Shape of one value of a leaf space and the dtype its batch is stored in."""
     if isinstance(space, spaces.Discrete):
-        return (), np.dtype(np.int64)
+        return (), np.dtype(space.dtype)
+    if isinstance(space, spaces.Text):
+        return (space.max_length,), np.dtype(np.int32)
     return tuple(space.shape), np.dtype(space.dtype)
 
 
 def flatten(space: spaces.Space, value: Nest) -> list[Any]:
-    """The leaves of ``value``, a nest shaped like ``space``."""
+    """The leaves of ``value``, one value of ``space`` (Text encoded; None for the leaves
+    of a OneOf's subspaces that were not chosen)."""
     if isinstance(space, spaces.Tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
             raise ValueError(
@@ -50,11 +78,50 @@ def flatten(space: spaces.Space, value: Nest) -> list[Any]:
             keys = sorted(space.spaces)
             raise ValueError(f"expected a dict with keys {keys}, got {_describe(value)}")
         return [x for key, sub in space.spaces.items() for x in flatten(sub, value[key])]
+    if isinstance(space, spaces.Text):
+        return [_encode_text(space, value)]
+    if isinstance(space, spaces.OneOf):
+        chosen, part = _one_of_value(space, value)
+        result: list[Any] = [chosen]
+        for k, sub in enumerate(space.spaces):
+            result += flatten(sub, part) if k == chosen else [None] * len(leaves(sub))
+        return result
     return [value]
 
 
-def unflatten(space: spaces.Space, values: Sequence[Any]) -> Nest:
-    """Inverse of :func:`flatten`."""
+def flatten_batch(space: spaces.Space, batch: Nest, batch_size: int) -> list[Any]:
+    """The leaves of a batch of ``batch_size`` values of ``space``, as Gymnasium batches
+    them (a Text batch is a sequence of strings, a OneOf batch one of ``(index, value)``
+    pairs); the other leaves are passed through as given."""
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(batch, (tuple, list)) or len(batch) != len(space.spaces):
+            raise ValueError(
+                f"expected a tuple of {len(space.spaces)} parts, got {_describe(batch)}"
+            )
+        return [x for s, b in zip(space.spaces, batch) for x in flatten_batch(s, b, batch_size)]
+    if isinstance(space, spaces.Dict):
+        if not isinstance(batch, dict) or set(batch) != set(space.spaces):
+            keys = sorted(space.spaces)
+            raise ValueError(f"expected a dict with keys {keys}, got {_describe(batch)}")
+        return [
+            x for key, s in space.spaces.items() for x in flatten_batch(s, batch[key], batch_size)
+        ]
+    if isinstance(space, (spaces.Text, spaces.OneOf)):
+        rows = list(batch) if isinstance(batch, (tuple, list)) else [batch]
+        if len(rows) != batch_size:
+            raise ValueError(f"expected {batch_size} values of {space}, got {_describe(batch)}")
+        columns = [flatten(space, row) for row in rows]
+        fillers = [_filler(leaf) for leaf in leaves(space)]
+        return [
+            np.stack([fill if col[k] is None else np.asarray(col[k]) for col in columns])
+            for k, fill in enumerate(fillers)
+        ]
+    return [batch]
+
+
+def unflatten(space: spaces.Space, values: Sequence[Any], batch: bool = False) -> Nest:
+    """Inverse of :func:`flatten` (``batch=False``) or of :func:`flatten_batch` for arrays
+    with a leading batch axis (``batch=True``: Text and OneOf read back as tuples)."""
     iterator = iter(values)
 
     def build(sub: spaces.Space) -> Nest:
@@ -62,19 +129,78 @@ def unflatten(space: spaces.Space, values: Sequence[Any]) -> Nest:
             return tuple(build(s) for s in sub.spaces)
         if isinstance(sub, spaces.Dict):
             return {key: build(s) for key, s in sub.spaces.items()}
+        if isinstance(sub, spaces.Text):
+            value = next(iterator)
+            return tuple(_decode_text(sub, v) for v in value) if batch else _decode_text(sub, value)
+        if isinstance(sub, spaces.OneOf):
+            chosen = next(iterator)
+            parts = [build(s) for s in sub.spaces]
+            if not batch:
+                return int(chosen), parts[int(chosen)]
+            return tuple(
+                (int(k), _row(sub.spaces[int(k)], parts[int(k)], row))
+                for row, k in enumerate(chosen)
+            )
         return next(iterator)
 
     return build(space)
 
 
 def unflattener(space: spaces.Space) -> Callable[[Sequence[Any]], Nest]:
-    """:func:`unflatten` for ``space``, decided once: a single leaf is ``values[0]``.
+    """:func:`unflatten` of a batch for ``space``, decided once: a single leaf is
+    ``values[0]``.
 
     The hot paths of BatchEnv call it on every step and reset; deciding the nesting there
     costs a few slow ``isinstance`` checks (Gymnasium's Tuple space is an ABC) each time."""
-    if isinstance(space, (spaces.Tuple, spaces.Dict)):
-        return lambda values: unflatten(space, values)
+    if not is_plain(space):
+        return lambda values: unflatten(space, values, batch=True)
     return lambda values: values[0]
+
+
+def _encode_text(space: spaces.Text, value: Any) -> np.ndarray:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string for the space {space}, got {_describe(value)}")
+    if not space.contains(value):
+        raise ValueError(f"string {value!r} is outside the space {space}")
+    return np.asarray(spaces.flatten(space, value), dtype=np.int32)
+
+
+def _decode_text(space: spaces.Text, value: np.ndarray) -> str:
+    size = len(space.character_set)
+    return "".join(space.character_list[int(v)] for v in value if v < size)
+
+
+def _one_of_value(space: spaces.OneOf, value: Any) -> tuple[int, Any]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"expected an (index, value) pair for {space}, got {_describe(value)}")
+    chosen = int(value[0])
+    if not 0 <= chosen < len(space.spaces):
+        raise ValueError(f"OneOf index {chosen} is outside [0, {len(space.spaces)})")
+    return chosen, value[1]
+
+
+def _row(space: spaces.Space, batch: Nest, row: int) -> Nest:
+    """Row ``row`` of a batch of ``space`` values, as read back by :func:`unflatten`."""
+    if isinstance(space, spaces.Tuple):
+        return tuple(_row(s, b, row) for s, b in zip(space.spaces, batch))
+    if isinstance(space, spaces.Dict):
+        return {key: _row(s, batch[key], row) for key, s in space.spaces.items()}
+    return batch[row]
+
+
+def _filler(leaf: spaces.Space) -> np.ndarray:
+    """A value of ``leaf``'s layout inside it, for the rows of a OneOf that chose another
+    subspace (never read; it only has to pass the checks)."""
+    shape, dtype = leaf_layout(leaf)
+    if isinstance(leaf, spaces.Box):
+        return np.clip(np.zeros(shape), leaf.low, leaf.high).astype(dtype)
+    if isinstance(leaf, spaces.Discrete):
+        return np.asarray(leaf.start, dtype)
+    if isinstance(leaf, spaces.MultiDiscrete):
+        return np.asarray(leaf.start, dtype)
+    if isinstance(leaf, spaces.Text):
+        return _encode_text(leaf, leaf.character_list[0] * leaf.min_length)
+    return np.zeros(shape, dtype)
 
 
 def allocate(
@@ -103,7 +229,7 @@ def make_row_writer(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[
     leaf_spaces = leaves(space)
     layouts = [leaf_layout(leaf) for leaf in leaf_spaces]
     checks = [_integer_check(leaf, buffer) for leaf, buffer in zip(leaf_spaces, buffers)]
-    if len(leaf_spaces) == 1:
+    if is_plain(space):
         shape = layouts[0][0]
         buffer = buffers[0]
         check = checks[0]
@@ -124,6 +250,8 @@ def make_row_writer(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[
         for leaf, (shape, _), buffer, check, part in zip(
             leaf_spaces, layouts, buffers, checks, flatten(space, value)
         ):
+            if part is None:  # a OneOf's subspace that was not chosen
+                continue
             if np.shape(part) != shape:
                 raise ValueError(
                     f"observation part has shape {np.shape(part)} but the space {leaf} "
@@ -166,7 +294,7 @@ def make_row_reader(space: spaces.Space, buffers: list[np.ndarray]) -> Callable[
             readers.append(lambda row, b=buffer: int(b[row]))
         else:
             readers.append(lambda row, b=buffer: b[row].copy())
-    if len(readers) == 1 and not isinstance(space, (spaces.Tuple, spaces.Dict)):
+    if is_plain(space):
         return readers[0]
     return lambda row: unflatten(space, [read(row) for read in readers])
 
@@ -178,8 +306,12 @@ def make_rows_reader(
     for a single Discrete or Box leaf). Discrete actions are NumPy integer scalars, as
     Gymnasium's SyncVectorEnv passes them (``Discrete.contains`` checks those ~25% faster
     than Python ints, and CartPole-like envs call it on every step)."""
-    if not isinstance(space, (spaces.Tuple, spaces.Dict)):
+    if is_plain(space):
         buffer = buffers[0]
+        if isinstance(space, spaces.Box) and space.shape == () and buffer.dtype.kind == "f":
+            # Python floats, as Gymnasium passes the float64 scalars of a user's array:
+            # NumPy's float32 scalars are not floats (``time.sleep`` refuses them).
+            return lambda rows: buffer[rows].tolist()
         return lambda rows: list(buffer[rows])
     read_row = make_row_reader(space, buffers)
     return lambda rows: [read_row(row) for row in rows]
@@ -194,7 +326,7 @@ def check_actions(
     a non-finite value or a value outside the space, naming the first offending row.
     """
     try:
-        parts = flatten(space, actions)
+        parts = flatten_batch(space, actions, batch_size)
     except ValueError as error:
         raise ValueError(f"action batch does not match the action space {space}: {error}") from None
     result = []
@@ -223,7 +355,7 @@ def action_checker(
     the values, one or two whole-array reductions; only a batch that fails them goes through
     :func:`check_actions`, which names what is wrong. Nests take :func:`check_actions`.
     """
-    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+    if not is_plain(space):
         return lambda actions, check_values: check_actions(space, actions, batch_size, check_values)
     shape, _ = leaf_layout(space)
     batch_shape = (batch_size, *shape)
@@ -273,6 +405,27 @@ def _in_range(leaf: spaces.Space) -> Callable[[np.ndarray], bool]:
     return lambda array: bool(((array == 0) | (array == 1)).all())  # MultiBinary
 
 
+def check_rows(space: spaces.Space, arrays: list[np.ndarray], rows: np.ndarray) -> None:
+    """Check the values of the batch rows selected by the bool mask ``rows`` of the leaf
+    ``arrays`` of a batch of actions (already checked for shape and dtype); ValueError
+    names the first offending row by its index in the whole batch."""
+    selected = np.flatnonzero(rows)
+    if not len(selected):
+        return
+    for leaf, array in zip(leaves(space), arrays):
+        try:
+            _check_values(leaf, array[selected])
+        except ValueError:
+            for row in selected.tolist():  # a failure only: find the row to name
+                try:
+                    _check_values(leaf, array[row : row + 1])
+                except ValueError:
+                    raise ValueError(
+                        f"action for env {row} is outside the action space {leaf}: {array[row]!r}"
+                    ) from None
+            raise
+
+
 def _check_dtype(leaf: spaces.Space, array: np.ndarray) -> None:
     if isinstance(leaf, spaces.Box):
         ok = (
@@ -306,6 +459,8 @@ def _check_values(leaf: spaces.Space, array: np.ndarray) -> None:
         bad = ((flat < low) | (flat > high)).any(axis=1)
     elif isinstance(leaf, spaces.Discrete):
         bad = (array < leaf.start) | (array >= leaf.start + leaf.n)
+    elif isinstance(leaf, spaces.Text):
+        bad = ((array < 0) | (array > len(leaf.character_set))).any(axis=1)
     elif isinstance(leaf, spaces.MultiDiscrete):
         flat = array.reshape(len(array), -1)
         bad = (
