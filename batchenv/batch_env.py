@@ -79,6 +79,7 @@ class BatchEnv:
         self._all_rows.flags.writeable = False
         self._resets_ahead = _transport.reset_ahead
         self._pending: tuple[str, np.ndarray] | None = None
+        self._exchange_command: np.ndarray | None = None
         self._closed = False
         self._broken: BaseException | None = None
 
@@ -229,6 +230,42 @@ class BatchEnv:
         results = self._finish("mixed", timeout)
         if command is not None:
             self._needs_reset[command != IDLE] = False
+        if count_step:
+            self.steps += 1
+        return (
+            self._unflatten(results.observ),
+            results.reward,
+            results.terminated,
+            results.truncated,
+            results.infos,
+        )
+
+    def exchange_async(
+        self,
+        command: np.ndarray | None,
+        actions: Nest | None,
+        reset_args: dict | None = None,
+        *,
+        unused_rows: np.ndarray | None = None,
+    ) -> None:
+        """The first half of :meth:`exchange`: check the actions and send the commands.
+
+        ``unused_rows`` (a bool mask) marks rows whose actions the commands ignore (rows
+        being reset): their values are not checked, as Gymnasium ignores them."""
+        leaves = None
+        if actions is not None:
+            some_unused = unused_rows is not None and bool(unused_rows.any())
+            leaves = self._check(actions, self.check_actions and not some_unused)
+            if self.check_actions and some_unused:
+                batch_spaces.check_rows(self.action_space, leaves, ~unused_rows)
+        self._start("mixed", self._all_rows, leaves, reset_args, command=command)
+        self._exchange_command = command
+
+    def exchange_wait(self, timeout: float | None = None, *, count_step: bool = True):
+        """The second half of :meth:`exchange`; returns what it returns."""
+        results = self._finish("mixed", timeout)
+        if self._exchange_command is not None:
+            self._needs_reset[self._exchange_command != IDLE] = False
         if count_step:
             self.steps += 1
         return (

@@ -14,15 +14,27 @@ seeds and actions it returns exactly what ``gymnasium.vector.SyncVectorEnv`` ret
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from batchenv.batch_env import BatchEnv, per_env_seeds
-from batchenv.make import start_workers
+from batchenv.errors import (
+    AlreadyPendingCallError,
+    EnvWorkerError,
+    NoPendingCallError,
+    SpacesMismatchError,
+    with_env_type,
+)
+from batchenv.make import default_num_workers, start_workers
+from batchenv.workers import parent_share as parent_share_rule
 from batchenv.workers.autoreset import RESET, split_same_step, vector_commands
 
 
@@ -32,6 +44,10 @@ class BatchVectorEnv(VectorEnv):
     Args:
         env_fns: one constructor per env.
         autoreset_mode: ``AutoresetMode`` (or its string value); NEXT_STEP by default.
+        observation_mode: "same" (default: every env must have the same observation
+            space), "different" (spaces of one shape and dtype but other bounds, batched
+            with ``batch_differing_spaces``) or a ``(batch_space, single_space)`` pair, as
+            in Gymnasium's vector envs.
         parent_share: "auto" (default) lets the parent step a share of the envs while
             it waits for its workers, or all of them when a worker would cost more than it
             saves (cheap envs, few of them), as ``SyncVectorEnv`` does; a fraction in
@@ -41,9 +57,15 @@ class BatchVectorEnv(VectorEnv):
         num_workers: worker processes, as in ``batchenv.make``.
         start_method: "forkserver" or "spawn", as in ``batchenv.make``.
         timeout: deadline of each step in seconds, as in ``batchenv.make``.
-        check_actions: check that actions are inside the action space.
+        check_actions: check that actions are inside the action space (the actions of
+            rows being reset under NEXT_STEP autoreset are ignored, and not checked).
         copy: return copies of the results (False: views into shared memory).
         pin_workers: pin worker i to a core of its own, as in ``batchenv.make``.
+
+    Differences from Gymnasium's classes: Graph, Sequence and custom spaces cannot be
+    batched (``UnsupportedSpaceError``, as ``AsyncVectorEnv(shared_memory=True)``); a
+    failing env raises its own exception type (or ``EnvWorkerError``) after closing the
+    whole batch, with no per-worker log messages.
     """
 
     def __init__(
@@ -51,6 +73,7 @@ class BatchVectorEnv(VectorEnv):
         env_fns: Sequence[Callable],
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        observation_mode: str | tuple[spaces.Space, spaces.Space] = "same",
         num_workers: int | None = None,
         start_method: str = "forkserver",
         timeout: float | None = None,
@@ -62,7 +85,11 @@ class BatchVectorEnv(VectorEnv):
         env_fns = list(env_fns)
         if not env_fns:
             raise ValueError("BatchVectorEnv needs at least one env constructor")
+        _check_observation_mode(observation_mode)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self._pending_call: str | None = None
+        self.closed = False
+        parent_share, num_workers = _resolve_parent_share(parent_share, env_fns, num_workers)
         self._batch: BatchEnv = start_workers(
             env_fns,
             num_workers=num_workers,
@@ -73,22 +100,58 @@ class BatchVectorEnv(VectorEnv):
             pin_workers=pin_workers,
             parent_share=parent_share,
         )
-        self.num_envs = len(env_fns)
-        self.single_observation_space = self._batch.observation_space
-        self.single_action_space = self._batch.action_space
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = dict(self._batch[0].get_attr("metadata") or {})
+        try:
+            self._set_spaces(observation_mode)
+            self.metadata = dict(self._batch[0].get_attr("metadata") or {})
+            self.render_mode = self._batch[0].get_attr("render_mode")
+            self.spec = self._batch[0].get_attr("spec")
+        except BaseException:
+            self._batch.close()
+            raise
         self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = self._batch[0].get_attr("render_mode")
-        self.spec = self._batch[0].get_attr("spec")
         self._autoreset = np.zeros(self.num_envs, bool)
-        self.closed = False
+
+    def _set_spaces(self, observation_mode) -> None:
+        """The single and batch spaces, after checking the envs' spaces as
+        ``observation_mode`` asks (Gymnasium's RuntimeError where they differ)."""
+        self.num_envs = self._batch.num_envs
+        observation_spaces = self._batch.get_attr("observation_space")
+        action_spaces = self._batch.get_attr("action_space")
+        owner = type(self).__name__
+        if isinstance(observation_mode, tuple):
+            self.observation_space, self.single_observation_space = observation_mode
+            _check_layout(owner, self.single_observation_space, observation_spaces)
+        elif observation_mode == "same":
+            _check_equal(owner, "observation", observation_spaces, "same")
+            self.single_observation_space = observation_spaces[0]
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        else:
+            _check_layout(owner, observation_spaces[0], observation_spaces)
+            self.single_observation_space = observation_spaces[0]
+            self.observation_space = batch_differing_spaces(observation_spaces)
+        _check_equal(owner, "action", action_spaces, "")
+        self.single_action_space = action_spaces[0]
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    @property
+    def np_random_seed(self) -> tuple:
+        """The seed of each env's ``np_random`` (``seed + i`` after ``reset(seed=seed)``)."""
+        return self.get_attr("np_random_seed")
+
+    # ------------------------------------------------------------------ reset / step
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``."""
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> None:
+        """Send the reset to the envs without waiting; :meth:`reset_wait` collects it."""
+        self._check_not_pending("reset_async")
         seeds = per_env_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None
         mask = np.ones(self.num_envs, bool)
@@ -96,7 +159,17 @@ class BatchVectorEnv(VectorEnv):
             mask = _check_mask(options.pop("reset_mask"), self.num_envs)
         reset_args = {int(i): (seeds[i], options) for i in np.flatnonzero(mask)}
         command = np.where(mask, RESET, 0).astype(np.uint8)
-        observ, _, _, _, raw = self._batch.exchange(command, None, reset_args, count_step=False)
+        with _env_errors():
+            self._batch.exchange_async(command, None, reset_args)
+        self._pending_call, self._reset_mask = "reset", mask
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """The result of :meth:`reset_async`; TimeoutError after ``timeout`` seconds."""
+        self._check_pending("reset")
+        self._pending_call = None
+        with _env_errors():
+            observ, _, _, _, raw = self._batch.exchange_wait(timeout, count_step=False)
+        mask = self._reset_mask
         self._autoreset[mask] = False
         infos: dict[str, Any] = {}
         for row in np.flatnonzero(mask):
@@ -105,8 +178,29 @@ class BatchVectorEnv(VectorEnv):
 
     def step(self, actions: Any):
         """Step every env, autoresetting finished ones as ``autoreset_mode`` says."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Send the actions to the envs without waiting; :meth:`step_wait` collects it."""
+        self._check_not_pending("step_async")
+        if not isinstance(actions, (tuple, list, dict)) and np.ndim(actions) == 0:
+            raise TypeError(
+                f"actions must be a batch of {self.num_envs} actions (a sequence or array), "
+                f"got the scalar {actions!r}"
+            )
         command = vector_commands(self.autoreset_mode, self._autoreset)
-        observ, reward, terminated, truncated, raw = self._batch.exchange(command, actions)
+        unused = self._autoreset if command is not None and self._autoreset.any() else None
+        with _env_errors():
+            self._batch.exchange_async(command, actions, unused_rows=unused)
+        self._pending_call = "step"
+
+    def step_wait(self, timeout: float | None = None):
+        """The result of :meth:`step_async`; TimeoutError after ``timeout`` seconds."""
+        self._check_pending("step")
+        self._pending_call = None
+        with _env_errors():
+            observ, reward, terminated, truncated, raw = self._batch.exchange_wait(timeout)
         infos: dict[str, Any] = {}
         for row in sorted(raw):
             info = raw[row]
@@ -120,30 +214,145 @@ class BatchVectorEnv(VectorEnv):
         self._autoreset = terminated | truncated
         return observ, reward, terminated, truncated, infos
 
+    def _check_not_pending(self, call: str) -> None:
+        self._batch._check_usable(call)
+        if self._pending_call is not None:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while waiting for a pending call to `{self._pending_call}` "
+                f"to complete; call `{self._pending_call}_wait` first",
+                self._pending_call,
+            )
+
+    def _check_pending(self, call: str) -> None:
+        self._batch._check_usable(f"{call}_wait")
+        if self._pending_call != call:
+            raise NoPendingCallError(
+                f"Calling `{call}_wait` without any prior call to `{call}_async`.", call
+            )
+
+    # ------------------------------------------------------------------ attributes
+
     def call(self, name: str, *args, **kwargs) -> tuple:
-        return self._batch.call(name, *args, **kwargs)
+        """Per env: ``name`` resolved through the wrappers, called with the arguments
+        when callable, else its value (as Gymnasium's ``VectorEnv.call``)."""
+        self._check_not_pending("call")
+        with _env_errors():
+            return self._batch.call(name, *args, **kwargs)
 
     def get_attr(self, name: str) -> tuple:
-        return self._batch.get_attr(name)
+        """Per env: attribute ``name``, resolved through the wrappers."""
+        self._check_not_pending("get_attr")
+        with _env_errors():
+            return self._batch.get_attr(name)
 
     def set_attr(self, name: str, values: Any | Sequence[Any]) -> None:
-        self._batch.set_attr(name, values)
+        """Set ``name`` where the wrappers or the env define it (one value each when a
+        list or tuple), as Gymnasium's ``set_wrapper_attr`` does."""
+        self._check_not_pending("set_attr")
+        with _env_errors():
+            self._batch.set_attr(name, values)
 
     def render(self) -> tuple | None:
         return self.call("render")
 
-    def close_extras(self, **kwargs) -> None:
-        self._batch.close()
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """End the workers; a pending call is dropped with a warning, as in Gymnasium."""
+        if self._pending_call is not None:
+            warnings.warn(
+                f"Calling `close` while waiting for a pending call to `{self._pending_call}` "
+                "to complete.",
+                UserWarning,
+                stacklevel=3,
+            )
+            self._pending_call = None
+        if hasattr(self, "_batch"):
+            self._batch.close() if timeout is None else self._batch.close(timeout)
+
+
+@contextmanager
+def _env_errors():
+    """An env's exception surfaces as an EnvWorkerError that is also of the env's own
+    exception type (``except ValueError`` catches it, as with Gymnasium's classes)."""
+    try:
+        yield
+    except EnvWorkerError as error:
+        typed = with_env_type(error)
+        if typed is error:
+            raise
+        raise typed from error.__cause__
+
+
+def _resolve_parent_share(parent_share, env_fns: list, num_workers: int | None):
+    """``parent_share`` and ``num_workers`` for ``start_workers``: "auto" is decided here,
+    and an env that cannot take random steps right after ``reset`` (it needs ``set_attr``
+    first, say) makes the probe fail: then every env goes to the workers."""
+    if parent_share != "auto":
+        return parent_share, num_workers
+    try:
+        split = parent_share_rule.plan(
+            "auto", env_fns[0], len(env_fns), num_workers, default_num_workers()
+        )
+    except Exception:
+        return None, num_workers
+    return split.local / len(env_fns), split.num_workers or num_workers
+
+
+def _check_observation_mode(mode) -> None:
+    if isinstance(mode, tuple):
+        if len(mode) == 2 and all(isinstance(s, spaces.Space) for s in mode):
+            return
+    elif mode in ("same", "different"):
+        return
+    raise ValueError(
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and "
+        f"batch observation space, actual got {mode}"
+    )
+
+
+def _check_equal(owner: str, kind: str, env_spaces: Sequence, mode: str) -> None:
+    """SpacesMismatchError (a RuntimeError, as Gymnasium raises) unless all are equal."""
+    for index, space in enumerate(env_spaces):
+        if space != env_spaces[0]:
+            hint = (
+                "If this is intentional, use `observation_mode='different'` instead."
+                if mode
+                else "All sub-environments must share one action space."
+            )
+            raise SpacesMismatchError(
+                f"{owner}(..., observation_mode='{mode or 'same'}') however the "
+                f"sub-environments {kind} spaces are not equivalent. env {index} has "
+                f"{space}, env 0 has {env_spaces[0]}. {hint}"
+            )
+
+
+def _check_layout(owner: str, single: spaces.Space, env_spaces: Sequence) -> None:
+    """SpacesMismatchError unless every env's observation space has the shape and dtype
+    of ``single`` (what ``observation_mode='different'`` allows to differ is bounds)."""
+    for index, space in enumerate(env_spaces):
+        if not is_space_dtype_shape_equiv(space, single):
+            raise SpacesMismatchError(
+                f"{owner}(..., observation_mode='different') needs observation spaces of one "
+                f"shape and dtype, but env {index} has {space} and the single observation "
+                f"space is {single}; give every env spaces of that shape and dtype"
+            )
 
 
 def _check_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """``options["reset_mask"]`` checked as Gymnasium checks it, with its messages."""
     if not isinstance(mask, np.ndarray):
-        raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask)}")
-    if mask.shape != (num_envs,) or mask.dtype != np.bool_:
-        raise ValueError(
-            f"options['reset_mask'] must be a bool array of shape ({num_envs},), "
-            f"got {mask.dtype} {mask.shape}"
+        raise TypeError(
+            f"`options['reset_mask']` must be a numpy array, got {type(mask)}; "
+            "pass np.array([...], dtype=bool)"
         )
+    if mask.shape != (num_envs,):
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
+        )
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
     if not mask.any():
-        raise ValueError("options['reset_mask'] must select at least one env")
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
     return mask
