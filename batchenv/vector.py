@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -159,16 +158,22 @@ class BatchVectorEnv(VectorEnv):
             mask = _check_mask(options.pop("reset_mask"), self.num_envs)
         reset_args = {int(i): (seeds[i], options) for i in np.flatnonzero(mask)}
         command = np.where(mask, RESET, 0).astype(np.uint8)
-        with _env_errors():
+        try:
             self._batch.exchange_async(command, None, reset_args)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
         self._pending_call, self._reset_mask = "reset", mask
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """The result of :meth:`reset_async`; TimeoutError after ``timeout`` seconds."""
         self._check_pending("reset")
         self._pending_call = None
-        with _env_errors():
+        try:
             observ, _, _, _, raw = self._batch.exchange_wait(timeout, count_step=False)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
         mask = self._reset_mask
         self._autoreset[mask] = False
         infos: dict[str, Any] = {}
@@ -191,16 +196,22 @@ class BatchVectorEnv(VectorEnv):
             )
         command = vector_commands(self.autoreset_mode, self._autoreset)
         unused = self._autoreset if command is not None and self._autoreset.any() else None
-        with _env_errors():
+        try:
             self._batch.exchange_async(command, actions, unused_rows=unused)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
         self._pending_call = "step"
 
     def step_wait(self, timeout: float | None = None):
         """The result of :meth:`step_async`; TimeoutError after ``timeout`` seconds."""
         self._check_pending("step")
         self._pending_call = None
-        with _env_errors():
+        try:
             observ, reward, terminated, truncated, raw = self._batch.exchange_wait(timeout)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
         infos: dict[str, Any] = {}
         for row in sorted(raw):
             info = raw[row]
@@ -236,21 +247,30 @@ class BatchVectorEnv(VectorEnv):
         """Per env: ``name`` resolved through the wrappers, called with the arguments
         when callable, else its value (as Gymnasium's ``VectorEnv.call``)."""
         self._check_not_pending("call")
-        with _env_errors():
+        try:
             return self._batch.call(name, *args, **kwargs)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
 
     def get_attr(self, name: str) -> tuple:
         """Per env: attribute ``name``, resolved through the wrappers."""
         self._check_not_pending("get_attr")
-        with _env_errors():
+        try:
             return self._batch.get_attr(name)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
 
     def set_attr(self, name: str, values: Any | Sequence[Any]) -> None:
         """Set ``name`` where the wrappers or the env define it (one value each when a
         list or tuple), as Gymnasium's ``set_wrapper_attr`` does."""
         self._check_not_pending("set_attr")
-        with _env_errors():
+        try:
             self._batch.set_attr(name, values)
+        except EnvWorkerError as error:
+            _raise_with_env_type(error)
+            raise
 
     def render(self) -> tuple | None:
         return self.call("render")
@@ -269,16 +289,12 @@ class BatchVectorEnv(VectorEnv):
             self._batch.close() if timeout is None else self._batch.close(timeout)
 
 
-@contextmanager
-def _env_errors():
-    """An env's exception surfaces as an EnvWorkerError that is also of the env's own
-    exception type (``except ValueError`` catches it, as with Gymnasium's classes)."""
-    try:
-        yield
-    except EnvWorkerError as error:
-        typed = with_env_type(error)
-        if typed is error:
-            raise
+def _raise_with_env_type(error: EnvWorkerError) -> None:
+    """Raise an env's exception as an EnvWorkerError that is also of the env's own
+    exception type (``except ValueError`` catches it, as with Gymnasium's classes); return
+    when there is no such type to add (the caller re-raises ``error``)."""
+    typed = with_env_type(error)
+    if typed is not error:
         raise typed from error.__cause__
 
 
