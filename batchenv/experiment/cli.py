@@ -1,6 +1,7 @@
 """``batchenv run``, ``batchenv spec`` and ``batchenv benchmark`` (wired into batchenv/cli.py).
 
     batchenv run SPEC.yaml [NAME] --mode {dev,train,search} [-s var=value ...]
+    batchenv run SPEC.yaml --mode search --backend ray [--address HOST:PORT]
     batchenv run --resume RUN_DIR
     batchenv spec batchppo [--env ENV]          # a complete spec, every field documented
     batchenv benchmark specs/ [--sessions 4]    # a Markdown table of trials, SLM Lab style
@@ -46,6 +47,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", metavar="RUN_DIR", help="continue an interrupted run (its spec and mode)"
     )
     parser.add_argument("--runs-dir", default="runs", help="where run directories go (runs)")
+    parser.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default=None,
+        help="where trials run: local (this machine, the default) or ray (a search's trials "
+        "as Ray Tune trials; pip install 'ray[tune]')",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="ADDR",
+        default=None,
+        help="with --backend ray: the cluster's HOST:PORT (as `ray start --head` prints) or "
+        "auto (default: the cluster ray.init() finds, or a new one on this machine)",
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     parser.set_defaults(handler=run_command)
 
@@ -68,6 +83,8 @@ def run_command(args: argparse.Namespace) -> int:
             resume=args.resume,
             runs_dir=args.runs_dir,
             progress=args.progress,
+            backend=args.backend,
+            address=args.address,
         )
     except SpecError as error:
         return _fail("run", str(error))

@@ -3,8 +3,10 @@
 An executor takes a :class:`Plan` (the spec, the run directory, the CPU budget and, for a
 search, the Optuna study) and runs trials until the plan has none left, calling
 ``on_trial(result)`` as each one ends. :class:`LocalExecutor` runs sessions as processes
-of this machine (:class:`~batchenv.experiment.pool.SessionPool`); a cluster backend (Ray
-Tune) implements the same protocol over the same spec and run directory.
+of this machine (:class:`~batchenv.experiment.pool.SessionPool`);
+:class:`~batchenv.experiment.ray_backend.RayExecutor` runs a search's trials as Ray Tune
+trials (each running its sessions in a SessionPool on its node) over the same spec and run
+directory.
 
 A search asks Optuna for each trial's values, feeds the pruner the env steps and
 ``total_reward_ma`` of the trial's first session at every checkpoint, and tells Optuna

@@ -42,7 +42,7 @@ from .metrics import METRIC_NAMES
 from .pool import available_cores
 from .session import run_session
 from .spec import MODES, Spec, SpecError, load_spec
-from .trial import TRIAL_NAME, TrialResult, TrialRun
+from .trial import TRIAL_NAME, TrialResult, TrialRun, read_trial
 
 __all__ = ["ExperimentResult", "run"]
 
@@ -77,6 +77,8 @@ def run(
     runs_dir: str | Path = "runs",
     progress: bool = True,
     executor: Executor | None = None,
+    backend: str | None = None,
+    address: str | None = None,
 ) -> ExperimentResult:
     """Run a spec; see the module docstring.
 
@@ -90,7 +92,12 @@ def run(
         resume: an interrupted run directory to continue (spec and mode come from it).
         runs_dir: where new run directories go.
         progress: progress bar and a line per finished trial.
-        executor: where trials run (default: :class:`LocalExecutor`).
+        executor: where trials run (default: the backend's).
+        backend: ``local`` (sessions as processes of this machine, the default) or ``ray``
+            (a search's trials as Ray Tune trials; see :mod:`.ray_backend`). A resumed run
+            keeps the backend it was started with.
+        address: the Ray cluster of ``backend="ray"`` (``HOST:PORT`` or ``auto``; None: the
+            one ``ray.init()`` finds, or a new one on this machine).
 
     Raises:
         SpecError: the spec or the mode cannot run (nothing was written).
@@ -104,7 +111,14 @@ def run(
         record = json.loads((path / RECORD_NAME).read_text())
         mode = record["mode"]
         spec = load_spec(path / SPEC_NAME)
+        started_on = record.get("backend", "local")
+        if backend not in (None, started_on):
+            raise SpecError(
+                f"{path} was run with --backend {started_on}; resume it with that backend"
+            )
+        backend = started_on
         _preflight(spec, mode)
+        executor = _executor(backend, mode, address, executor)
     else:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -114,10 +128,12 @@ def run(
             spec = load_spec(spec, name, sets)
         if mode == "dev":
             spec = dataclasses.replace(spec, meta=dataclasses.replace(spec.meta, sessions=1))
+        backend = backend or "local"
         _preflight(spec, mode)
+        executor = _executor(backend, mode, address, executor)
         path = _new_run_directory(Path(runs_dir), spec.name)
         spec.dump(path / SPEC_NAME)
-        record = _record(spec, mode)
+        record = _record(spec, mode, backend)
         _write_json(path / RECORD_NAME, record)
 
     trainer = spec.trainer()
@@ -148,7 +164,7 @@ def run(
         cpus,
         max(1, cores // cpus),
         random_return,
-        study=_study(spec, path) if mode == "search" else None,
+        study=_study(spec, path) if mode == "search" and backend == "local" else None,
         progress=progress,
         on_trial_start=on_trial_start,
     )
@@ -157,7 +173,7 @@ def run(
     if mode == "dev":
         _run_dev(plan, progress)
     else:
-        ran = _run_trials(plan, executor or LocalExecutor(), mode, progress)
+        ran = _run_trials(plan, executor, mode, progress)
         failed = [trial.exception for trial in ran if trial.exception is not None]
         if mode == "train" and failed:
             raise failed[0]
@@ -201,6 +217,9 @@ def _run_trials(plan: Plan, executor: Executor, mode: str, progress: bool) -> li
         bar = tqdm(total=total, unit="trial", dynamic_ncols=True)
         if plan.study is not None:
             bar.update(min(total, sum(1 for t in plan.study.trials if t.state.is_finished())))
+        elif mode == "search":
+            done = [t for t in _read_trials(plan.path, plan.spec) if t.status != "running"]
+            bar.update(min(total, len(done)))
 
     def on_trial(result: TrialResult) -> None:
         if bar is None:
@@ -272,6 +291,20 @@ def _preflight(spec: Spec, mode: str) -> None:
         _need("yaml", "spec files", "pyyaml")
 
 
+def _executor(backend: str, mode: str, address: str | None, given: Executor | None) -> Executor:
+    """``given``, or the executor of ``backend``, connected (Ray) before anything is written."""
+    from .ray_backend import RayExecutor, check_backend
+
+    check_backend(backend, mode, address)
+    if given is not None:
+        return given
+    if backend == "local":
+        return LocalExecutor()
+    executor = RayExecutor(address)
+    executor.connect()
+    return executor
+
+
 def _need(module: str, what: str, package: str) -> None:
     import importlib.util
 
@@ -290,12 +323,13 @@ def _new_run_directory(runs_dir: Path, name: str) -> Path:
     return path
 
 
-def _record(spec: Spec, mode: str) -> dict[str, Any]:
+def _record(spec: Spec, mode: str, backend: str) -> dict[str, Any]:
     from batchenv.run_dir import git_commit
 
     return {
         "spec": spec.name,
         "mode": mode,
+        "backend": backend,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "git_commit": git_commit(),
         "git_dirty": _git_dirty(),
@@ -341,15 +375,10 @@ def _study(spec: Spec, path: Path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    from .samplers import make_sampler
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     meta = spec.meta
-    space = spec.space
-    samplers = {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=meta.seed),
-        "random": lambda: optuna.samplers.RandomSampler(seed=meta.seed),
-        "grid": lambda: _GridSampler(space.grid(), seed=meta.seed),
-        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=meta.seed),
-    }
     pruners = {
         "none": optuna.pruners.NopPruner,
         "median": lambda: optuna.pruners.MedianPruner(n_startup_trials=2),
@@ -362,29 +391,11 @@ def _study(spec: Spec, path: Path):
     return optuna.create_study(
         study_name=spec.name,
         storage=storage,
-        sampler=samplers[meta.sampler](),
+        sampler=make_sampler(spec),
         pruner=pruners[meta.pruner](),
         direction="maximize",
         load_if_exists=True,
     )
-
-
-def _grid_sampler_class():
-    import optuna
-
-    class GridSampler(optuna.samplers.GridSampler):
-        """Optuna's GridSampler without its study.stop() call at the end of the grid, which
-        only works inside study.optimize(); the executor asks for no more trials than the
-        grid has."""
-
-        def after_trial(self, study, trial, state, values) -> None:
-            pass
-
-    return GridSampler
-
-
-def _GridSampler(search_space: dict, seed: int):  # noqa: N802 (a class, made lazily)
-    return _grid_sampler_class()(search_space, seed=seed)
 
 
 def _random_return(trainer, env: str) -> float:
@@ -408,24 +419,8 @@ def _random_return(trainer, env: str) -> float:
 
 
 def _read_trials(path: Path, spec: Spec) -> list[TrialResult]:
-    trials = []
-    for trial_file in sorted(path.glob(f"t*/{TRIAL_NAME}"), key=_trial_number):
-        record = json.loads(trial_file.read_text())
-        metrics = {
-            key: math.nan if value is None else value
-            for key, value in (record.get("metrics") or {}).items()
-        }
-        trials.append(
-            TrialResult(
-                record["trial"],
-                record.get("values") or {},
-                record["status"],
-                metrics,
-                record.get("error"),
-                trial_file.parent,
-            )
-        )
-    return trials
+    files = sorted(path.glob(f"t*/{TRIAL_NAME}"), key=_trial_number)
+    return [read_trial(trial_file.parent) for trial_file in files]
 
 
 def _trial_number(path: Path) -> int:

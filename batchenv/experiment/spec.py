@@ -79,6 +79,9 @@ class Meta:
     cpus_per_session: int | None = None
     """Cores one session may use (torch threads plus env workers); None: the algorithm's
     estimate. Sessions run at once = cores // cpus_per_session (at least one)."""
+    gpus_per_session: float = 0.0
+    """GPUs (or a fraction of one) a session asks Ray for with --backend ray, e.g. 0.25;
+    the local backend ignores it (sessions share this machine's GPUs)."""
     sampler: str = "tpe"
     """Search sampler, seeded with seed: tpe, random, grid (grid_search leaves) or cmaes."""
     pruner: str = "none"
@@ -98,6 +101,8 @@ class Meta:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise SpecError(f"meta.{name} must be >= 1 or null, got {value}")
+        if self.gpus_per_session < 0:
+            raise SpecError(f"meta.gpus_per_session must be >= 0, got {self.gpus_per_session}")
         if self.session_timeout is not None and self.session_timeout <= 0:
             raise SpecError(f"meta.session_timeout must be > 0 or null, got {self.session_timeout}")
         for name, valid in (("sampler", SAMPLERS), ("pruner", PRUNERS), ("track", TRACKERS)):

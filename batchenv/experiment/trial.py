@@ -20,7 +20,7 @@ from .metrics import trial_metrics
 from .session import SESSION_NAME, SessionJob
 from .spec import Spec
 
-__all__ = ["TRIAL_NAME", "SessionFailedError", "TrialResult", "TrialRun"]
+__all__ = ["TRIAL_NAME", "SessionFailedError", "TrialResult", "TrialRun", "read_trial"]
 
 TRIAL_NAME = "trial.json"
 
@@ -190,6 +190,24 @@ class TrialRun:
             )
         except ImportError:
             pass
+
+
+def read_trial(path: str | Path) -> TrialResult:
+    """The :class:`TrialResult` recorded in a trial folder's trial.json (null metrics: NaN)."""
+    folder = Path(path)
+    record = json.loads((folder / TRIAL_NAME).read_text())
+    metrics = {
+        key: math.nan if value is None else value
+        for key, value in (record.get("metrics") or {}).items()
+    }
+    return TrialResult(
+        record["trial"],
+        record.get("values") or {},
+        record["status"],
+        metrics,
+        record.get("error"),
+        folder,
+    )
 
 
 def _known(steps: list | None) -> list | None:
