@@ -58,7 +58,8 @@ def search_spec(tmp_path, **kwargs) -> Path:
 
 
 def test_the_same_spec_suggests_the_same_trials_on_both_backends(tmp_path, ray_cluster):
-    path = search_spec(tmp_path, meta={"sampler": "tpe"})
+    # One trial at a time on both, so each backend asks after telling the last result.
+    path = search_spec(tmp_path, meta={"sampler": "tpe", "max_concurrent": 1})
     local = run(path, mode="search", runs_dir=tmp_path / "local", progress=False)
     remote = run(path, mode="search", runs_dir=tmp_path / "ray", backend="ray", progress=False)
 
@@ -102,9 +103,10 @@ def test_asha_stops_weak_trials_on_env_steps(tmp_path, ray_cluster):
     # of each rung (100 and 400 env steps), and the far worse trials stop at the first.
     path = search_spec(
         tmp_path,
-        config={"delay": 0.2},
+        config={"delay": 0.25},
         meta={
             "sessions": 1,
+            "max_concurrent": 1,
             "trials": 3,
             "steps": 800,
             "sampler": "grid",
@@ -120,7 +122,7 @@ def test_asha_stops_weak_trials_on_env_steps(tmp_path, ray_cluster):
         (3.0, "pruned"),
     ]
     for trial in result.trials[1:]:  # stopped at the first rung (Tune takes a moment)
-        assert len(read_checkpoints(trial.path / "s0")) < 8
+        assert len(read_checkpoints(trial.path / "s0")) < 8, trial
         assert json.loads((trial.path / "trial.json").read_text())["status"] == "pruned"
     assert len(read_checkpoints(result.trials[0].path / "s0")) == 8
 
