@@ -223,22 +223,8 @@ class BatchEnv:
         mapping a row to what its env returned. This is how ``BatchVectorEnv`` implements
         Gymnasium's autoreset modes.
         """
-        leaves = None
-        if actions is not None:
-            leaves = self._check(actions, self.check_actions)
-        self._start("mixed", self._all_rows, leaves, reset_args, command=command)
-        results = self._finish("mixed", timeout)
-        if command is not None:
-            self._needs_reset[command != IDLE] = False
-        if count_step:
-            self.steps += 1
-        return (
-            self._unflatten(results.observ),
-            results.reward,
-            results.terminated,
-            results.truncated,
-            results.infos,
-        )
+        self.exchange_async(command, actions, reset_args)
+        return self.exchange_wait(timeout, count_step=count_step)
 
     def exchange_async(
         self,

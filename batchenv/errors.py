@@ -102,8 +102,9 @@ class NotResetError(BatchEnvError):
     """step() was called on an env that has not been reset since it was created."""
 
 
-class SpacesMismatchError(BatchEnvError, RuntimeError):
-    """The sub-envs of a vector env have different spaces where equal ones are needed."""
+class SpacesMismatchError(BatchEnvError, RuntimeError, ValueError):
+    """The envs of a batch have different spaces where equal ones are needed: a
+    RuntimeError, as Gymnasium's vector envs raise, and a ValueError, as batchenv did."""
 
 
 class UnsupportedSpaceError(BatchEnvError, TypeError, ValueError):

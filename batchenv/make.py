@@ -16,6 +16,7 @@ import numpy as np
 
 from batchenv.async_batch_env import AsyncBatchEnv
 from batchenv.batch_env import BatchEnv
+from batchenv.errors import EnvWorkerError
 from batchenv.workers.env_group import EnvGroup
 from batchenv.workers.external_process import (
     DEFAULT_START_TIMEOUT,
@@ -25,6 +26,7 @@ from batchenv.workers.external_process import (
 from batchenv.workers.parent_share import plan as parent_share_plan
 from batchenv.workers.protocol import EnvFailure
 from batchenv.workers.shared_memory_transport import SharedMemoryTransport
+from batchenv.workers.transport import check_same_spaces
 
 #: Default bounded spin of batchenv.make workers and parent (see ``spin_us``), microseconds.
 #: Off: a loop that only steps gains 5-15% from ``spin_us=300`` on 2 cores, but a loop
@@ -140,10 +142,13 @@ def start_workers(
     reset_ahead: bool = False,
     spin_us: float = 0.0,
     parent_share: float | str | None = None,
+    exact_spaces: bool = True,
     _transport_only: bool = False,
 ):
     """A shared-memory BatchEnv with one env per constructor, grouped over workers (and
-    the parent's share, see ``batchenv.workers.parent_share``)."""
+    the parent's share, see ``batchenv.workers.parent_share``). ``exact_spaces=False``
+    accepts envs whose spaces differ but share one layout (``BatchVectorEnv`` checks them
+    as Gymnasium does)."""
     num_envs = len(constructors)
     if num_workers is not None and (
         not isinstance(num_workers, (int, np.integer)) or num_workers < 1
@@ -173,14 +178,25 @@ def start_workers(
                     rows=rows.tolist(),
                     wait=False,
                     spin_us=spin_us,
+                    exact_spaces=exact_spaces,
                 )
             )
         if local_rows:  # the parent builds its share while the workers build theirs
             local = EnvGroup(local_rows)
             try:
-                local.build([constructors[r] for r in local_rows])
+                local_spaces = local.build([constructors[r] for r in local_rows])
             except EnvFailure as failure:
-                raise failure.error from None  # built here: the constructor's own error
+                error = failure.error
+                raise EnvWorkerError(
+                    f"env {failure.row} ({describe_constructor(constructors[0])}, built in the "
+                    f"parent process: parent_share) raised {type(error).__name__} while being "
+                    f"built: {error}",
+                    env_index=failure.row,
+                    env_description=describe_constructor(constructors[0]),
+                    remote_type=type(error).__name__,
+                ) from error
+            names = [f"env {row}" for row in local_rows]
+            check_same_spaces(local_spaces, names=names, exact=exact_spaces)
         for worker in workers:
             worker.wait_started(max(0.0, deadline - time.monotonic()))
         if pin_workers or (pin_workers is None and len(workers) <= default_num_workers()):
@@ -191,6 +207,7 @@ def start_workers(
             reset_ahead=reset_ahead,
             local=local,
             local_description=describe_constructor(constructors[0]),
+            exact_spaces=exact_spaces,
         )
     except BaseException:
         for worker in workers:

@@ -32,8 +32,7 @@ from batchenv.errors import (
     SpacesMismatchError,
     with_env_type,
 )
-from batchenv.make import default_num_workers, start_workers
-from batchenv.workers import parent_share as parent_share_rule
+from batchenv.make import start_workers
 from batchenv.workers.autoreset import RESET, split_same_step, vector_commands
 
 
@@ -88,7 +87,6 @@ class BatchVectorEnv(VectorEnv):
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self._pending_call: str | None = None
         self.closed = False
-        parent_share, num_workers = _resolve_parent_share(parent_share, env_fns, num_workers)
         self._batch: BatchEnv = start_workers(
             env_fns,
             num_workers=num_workers,
@@ -98,6 +96,7 @@ class BatchVectorEnv(VectorEnv):
             copy=copy,
             pin_workers=pin_workers,
             parent_share=parent_share,
+            exact_spaces=False,  # checked below, as observation_mode asks
         )
         try:
             self._set_spaces(observation_mode)
@@ -296,21 +295,6 @@ def _raise_with_env_type(error: EnvWorkerError) -> None:
     typed = with_env_type(error)
     if typed is not error:
         raise typed from error.__cause__
-
-
-def _resolve_parent_share(parent_share, env_fns: list, num_workers: int | None):
-    """``parent_share`` and ``num_workers`` for ``start_workers``: "auto" is decided here,
-    and an env that cannot take random steps right after ``reset`` (it needs ``set_attr``
-    first, say) makes the probe fail: then every env goes to the workers."""
-    if parent_share != "auto":
-        return parent_share, num_workers
-    try:
-        split = parent_share_rule.plan(
-            "auto", env_fns[0], len(env_fns), num_workers, default_num_workers()
-        )
-    except Exception:
-        return None, num_workers
-    return split.local / len(env_fns), split.num_workers or num_workers
 
 
 def _check_observation_mode(mode) -> None:

@@ -158,6 +158,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="JSON",
         help="extra batchenv.make kwargs for the async API runs",
     )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS for every run, whatever the class (0: torch's default, one "
+        "thread per core). On few cores torch's spinning threads take the cores a worker "
+        "would step on: BatchVectorEnv's parent_share='auto' then keeps every env in the "
+        "training process",
+    )
     parser.add_argument("--cleanrl-dir", type=Path, help="folder with the CleanRL scripts")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write all runs here")
     args = parser.parse_args(argv)
@@ -244,6 +253,7 @@ def run_spec(case: Case, name: str, args: argparse.Namespace, scripts: Path | No
         argv = cleanrl_argv(case, args.iterations[case.name])
         script = str(scripts / case.script)
         return {
+            "torch_threads": args.torch_threads,
             "kind": "cleanrl",
             "script": script,
             "vector": name,
@@ -259,6 +269,7 @@ def run_spec(case: Case, name: str, args: argparse.Namespace, scripts: Path | No
         "iterations": args.iterations[case.name],
         "seed": SEED,
         "vector_kwargs": kwargs,
+        "torch_threads": args.torch_threads,
     }
 
 
@@ -266,6 +277,8 @@ def run_child(spec: dict) -> dict:
     """Run one spec in a fresh interpreter; its RESULT, episode returns, and loop SPS."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    if spec.get("torch_threads"):  # torch's default thread count, for every class alike
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec["torch_threads"])
     command = [sys.executable, "-c", "import training_loop_child as c; c.main()", json.dumps(spec)]
     with tempfile.TemporaryDirectory(prefix="training_loop_") as scratch:
         try:
@@ -432,7 +445,8 @@ def main(argv=None) -> None:
     )
     print(
         f"cases {[case.name for case in args.cases]}, classes {args.classes}, "
-        f"{args.rounds} rounds, BatchVectorEnv kwargs {args.batchvec_kwargs}"
+        f"{args.rounds} rounds, BatchVectorEnv kwargs {args.batchvec_kwargs}, "
+        f"torch threads {args.torch_threads or 'default'}"
     )
     runs = measure(args, scripts)
     print("\nEnd-to-end SPS (medians; env construction + training + close):\n")

@@ -115,15 +115,45 @@ def test_close_closes_the_parents_envs():
     ],
 )
 def test_auto_split_follows_the_measured_rule(monkeypatch, step_seconds, num_envs, expected):
+    monkeypatch.setattr(parent_share, "torch_threads", lambda: 1)
     monkeypatch.setattr(parent_share, "probe_step_seconds", lambda constructor: step_seconds)
     assert parent_share.plan("auto", PlainEnv, num_envs, None, cores=2) == expected
 
 
 def test_auto_with_three_workers_balances_both_sides(monkeypatch):
+    monkeypatch.setattr(parent_share, "torch_threads", lambda: 1)
     monkeypatch.setattr(parent_share, "probe_step_seconds", lambda constructor: 100e-6)
     split = parent_share.plan("auto", PlainEnv, 40, None, cores=4)
     # p * 4 ms = (1 - p) * 4 ms / 3 + 150 us -> p = 0.278 -> 11 envs, 3 workers
     assert split == parent_share.Plan(11, 3, 100e-6)
+
+
+@pytest.mark.parametrize(("threads", "cores", "expected"), [(2, 2, (16, 0)), (2, 4, (7, 2))])
+def test_torch_threads_spinning_on_the_cores_leave_fewer_workers(
+    monkeypatch, threads, cores, expected
+):
+    """torch's OpenMP threads spin on the cores after each op: each one is a core less."""
+    monkeypatch.setattr(parent_share, "torch_threads", lambda: threads)
+    monkeypatch.setattr(parent_share, "probe_step_seconds", lambda constructor: 50e-6)
+    split = parent_share.plan("auto", PlainEnv, 16, None, cores=cores)
+    # 4 cores, 2 threads: 2 workers; p = (1/2 + 150/800) / (3/2) = 0.458 -> 7.33 -> 7
+    assert (split.local, split.num_workers) == expected
+
+
+def test_an_env_the_probe_cannot_build_or_step_goes_to_the_workers(monkeypatch):
+    monkeypatch.setattr(parent_share, "torch_threads", lambda: 1)
+    for constructor in (
+        functools.partial(StepRaisesEnv, at_step=0, only_index=None),
+        functools.partial(StepRaisesEnv, at_step=0, only_index=None, obs_dim="bad"),
+    ):
+        assert parent_share.probe_step_seconds(constructor) is None
+        assert parent_share.plan("auto", constructor, 8, None, cores=2) == parent_share.Plan(0, 2)
+
+
+def test_torch_threads_reads_this_process():
+    import torch
+
+    assert parent_share.torch_threads() == torch.get_num_threads()
 
 
 def test_probe_times_a_real_env():

@@ -34,11 +34,13 @@ from batchenv.errors import (
     EnvWorkerError,
     NoPendingCallError,
     RemoteTraceback,
+    SpacesMismatchError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
 from batchenv.workers.launch import WorkerProcess, start_worker
 from batchenv.workers.protocol import Readable, read_message, spin_wait, write_message
+from batchenv.workers.transport import check_same_spaces
 
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_CLOSE_TIMEOUT = 5.0
@@ -79,6 +81,8 @@ class ExternalProcess:
         worker_index: how errors name this worker inside a BatchEnv.
         rows: how errors name its envs (their batch rows).
         wait: wait until the envs are built (False: call :meth:`wait_started` later).
+        exact_spaces: the envs must have equal spaces (False: spaces of one shared-memory
+            layout, see ``batchenv.workers.transport.check_same_spaces``).
         spin_us: after sending a step, poll for the reply for up to this many microseconds
             before sleeping, and let the worker poll for the next step as long after
             replying (both yield the core between polls). Saves the cross-core wake-ups that
@@ -96,6 +100,7 @@ class ExternalProcess:
         rows: Sequence[int] | None = None,
         wait: bool = True,
         spin_us: float = 0.0,
+        exact_spaces: bool = True,
     ):
         constructors = (
             list(constructor) if isinstance(constructor, (list, tuple)) else [constructor]
@@ -118,6 +123,7 @@ class ExternalProcess:
         self.worker_index = worker_index
         self.description = describe_constructor(constructors[0])
         self.timeout = timeout
+        self.exact_spaces = exact_spaces
         if not spin_us >= 0.0:
             raise ValueError(f"spin_us must be >= 0, got {spin_us!r}")
         self.spin = spin_us * 1e-6
@@ -156,14 +162,12 @@ class ExternalProcess:
             raise
         self._spaces = spaces
         self.observation_space, self.action_space = spaces[0]
-        for row, (observ_space, action_space) in zip(self.rows, spaces):
-            if observ_space != self.observation_space or action_space != self.action_space:
-                self.terminate()
-                raise ValueError(
-                    f"env {row} has spaces {observ_space}, {action_space} but env "
-                    f"{self.rows[0]} has {self.observation_space}, {self.action_space}; all envs "
-                    "in a batch must share observation and action spaces"
-                )
+        try:
+            names = [f"env {row}" for row in self.rows]
+            check_same_spaces(spaces, names=names, exact=self.exact_spaces)
+        except SpacesMismatchError:
+            self.terminate()
+            raise
 
     # ------------------------------------------------------------------ the Gymnasium API
 

@@ -35,6 +35,7 @@ class SharedMemoryTransport:
         copy: return copies of the results (False: views, valid until the next call).
         reset_ahead: a step that ends an episode resets that env at once in its worker.
         local: an env group the parent steps itself (rows no worker hosts), or None.
+        exact_spaces: the workers' spaces must be equal (False: of one layout).
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class SharedMemoryTransport:
         reset_ahead: bool = True,
         local: EnvGroup | None = None,
         local_description: str = "",
+        exact_spaces: bool = True,
     ):
         self.workers = workers
         self.copy = copy
@@ -56,7 +58,7 @@ class SharedMemoryTransport:
         spaces = [(w.observation_space, w.action_space) for w in workers]
         if local is not None:
             spaces.insert(0, (local.envs[0].observation_space, local.envs[0].action_space))
-        check_same_spaces(spaces, "worker")
+        check_same_spaces(spaces, "worker", exact=exact_spaces)
         self.observation_space, self.action_space = spaces[0]
         self.owner = np.full(self.num_envs, -1, np.int64)  # worker index of each row, -1: local
         for index, rows in enumerate(self.rows_of):

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from batchenv.errors import WorkerTimeoutError
+from batchenv.errors import SpacesMismatchError, WorkerTimeoutError
 
 
 @dataclass
@@ -81,20 +81,36 @@ class Transport(Protocol):
         """Kill the workers at once."""
 
 
-def check_same_spaces(spaces: Sequence[tuple], what: str = "env") -> None:
-    """ValueError unless every (observation_space, action_space) pair is equal."""
-    observ0, action0 = spaces[0]
-    for index, (observ, action) in enumerate(spaces):
-        if observ != observ0:
-            raise ValueError(
-                f"{what} {index} has observation space {observ}, but {what} 0 has {observ0}; "
-                "all envs of a BatchEnv must share observation and action spaces"
-            )
-        if action != action0:
-            raise ValueError(
-                f"{what} {index} has action space {action}, but {what} 0 has {action0}; "
-                "all envs of a BatchEnv must share observation and action spaces"
-            )
+def check_same_spaces(
+    spaces: Sequence[tuple], what: str = "env", names: Sequence | None = None, exact: bool = True
+) -> None:
+    """SpacesMismatchError (also a ValueError) unless every (observation_space,
+    action_space) pair is equal to the first; with ``exact=False``, unless every pair has
+    the first's shared-memory layout (the shapes and dtypes of its leaves), which is all a
+    shared block needs (``BatchVectorEnv`` then checks the spaces as Gymnasium does)."""
+    names = list(names) if names is not None else [f"{what} {i}" for i in range(len(spaces))]
+    same = (lambda a, b: a == b) if exact else _same_layout
+    for index, pair in enumerate(spaces):
+        for kind, space, first in zip(("observation", "action"), pair, spaces[0]):
+            if not same(space, first):
+                raise SpacesMismatchError(
+                    f"{names[index]} has {kind} space {space}, but {names[0]} has {first}; "
+                    "all envs of a BatchEnv must share observation and action spaces"
+                    + ("" if exact else " of one shape and dtype")
+                )
+
+
+def _same_layout(a, b) -> bool:
+    from batchenv import spaces as batch_spaces
+
+    try:
+        leaves_a, leaves_b = batch_spaces.leaves(a), batch_spaces.leaves(b)
+        return len(leaves_a) == len(leaves_b) and all(
+            batch_spaces.leaf_layout(x) == batch_spaces.leaf_layout(y)
+            for x, y in zip(leaves_a, leaves_b)
+        )
+    except (TypeError, ValueError):
+        return a == b
 
 
 def slow_rows_error(error: WorkerTimeoutError, rows: list[int]) -> WorkerTimeoutError:
