@@ -2,7 +2,8 @@
 run directory, failures, ASHA pruning, resume without rerunning, and fast one-line errors.
 
 All tests share one local Ray instance (``ray_cluster``, session-scoped: ``ray.init`` takes
-~5 s) and skip when Ray is not installed. They use tests/experiment/toy_trainer.py.
+~5 s; tests/ray_session.py, shared with tests/test_ray_workers.py) and skip when Ray is not
+installed. They use tests/experiment/toy_trainer.py.
 """
 
 from __future__ import annotations
@@ -15,40 +16,17 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from batchenv.experiment import SpecError, run
 from batchenv.experiment.session import read_checkpoints
-from tests.conftest import live_children, wait_until_gone
+from tests import ray_session
 from tests.experiment.test_experiment import ROOT, rows, toy_spec, wait_for
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 pytest.importorskip("ray.tune", reason="the ray extra is not installed")
 
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray instance for the test session (its GCS address), shut down at the end.
-
-    Ray's daemons (GCS, raylet, agents, idle workers) are children of this process: they
-    start before the first Ray test's snapshot of live children, so tests/conftest.py's
-    per-test check ignores them and still catches a trial actor or session process that
-    outlives a test. At the end of the session none of them may be left either.
-    """
-    before = live_children()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-        left = wait_until_gone(live_children() - before, 30)
-        for pid in left:
-            try:
-                psutil.Process(pid).kill()
-            except psutil.NoSuchProcess:
-                pass
-        assert not left, f"Ray processes left after ray.shutdown(): {sorted(left)}"
+ray_cluster = ray_session.ray_cluster  # the session's one Ray instance
 
 
 def search_spec(tmp_path, **kwargs) -> Path:
