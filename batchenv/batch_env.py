@@ -410,7 +410,8 @@ def _infos_for(rows: np.ndarray, raw: dict, every_row: bool = False) -> tuple:
 
 
 class _RowHandle:
-    """``batch[i]`` of a shared-memory BatchEnv: explicit calls into that env's worker."""
+    """``batch[i]`` of a shared-memory BatchEnv: explicit calls into that env's worker;
+    other attributes are read from the env there (``batch[0].metadata``)."""
 
     def __init__(self, batch: BatchEnv, row: int):
         if not 0 <= row < batch.num_envs:
@@ -430,3 +431,9 @@ class _RowHandle:
 
     def render(self):
         return self.call("render")
+
+    def __getattr__(self, name: str):
+        """Any other attribute: read from the env in its worker (a copy; see get_attr)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.get_attr(name)

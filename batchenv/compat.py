@@ -198,7 +198,8 @@ def is_legacy_env(env: Any) -> bool:
 
 
 def to_gymnasium(env: Any, legacy: bool | None = None) -> gymnasium.Env:
-    """``env`` as a Gymnasium env: legacy envs wrapped in :class:`LegacyGymEnv`.
+    """``env`` as a Gymnasium env: legacy envs wrapped in :class:`LegacyGymEnv`, PettingZoo
+    parallel envs in :class:`batchenv.multi_agent.JointEnv`.
 
     Args:
         env: a Gymnasium env (returned unchanged) or a legacy Gym env.
@@ -210,6 +211,16 @@ def to_gymnasium(env: Any, legacy: bool | None = None) -> gymnasium.Env:
     >>> to_gymnasium(env) is env
     True
     """
+    from batchenv import multi_agent
+
+    if multi_agent.is_parallel_env(env):
+        return multi_agent.JointEnv(env)
+    if multi_agent.is_aec_env(env):
+        raise TypeError(
+            f"{type(env).__name__} is a PettingZoo AEC env (agents act in turn); batchenv "
+            "batches parallel envs: build it with the module's parallel_env(), or convert it "
+            "with pettingzoo.utils.conversions.aec_to_parallel"
+        )
     if legacy is None:
         legacy = is_legacy_env(env)
     if not legacy or isinstance(env, LegacyGymEnv):

@@ -17,8 +17,10 @@ import numpy as np
 from batchenv.async_batch_env import AsyncBatchEnv
 from batchenv.batch_env import BatchEnv
 from batchenv.errors import EnvWorkerError
+from batchenv.multi_agent import AgentBatchEnv, AgentSpaces
 from batchenv.workers.env_group import EnvGroup
 from batchenv.workers.external_process import (
+    DEFAULT_CLOSE_TIMEOUT,
     DEFAULT_START_TIMEOUT,
     ExternalProcess,
     describe_constructor,
@@ -51,12 +53,15 @@ def make(
     batch_size: int | None = None,
     autoreset_mode: str = "next_step",
     **env_kwargs,
-) -> BatchEnv | AsyncBatchEnv:
+) -> BatchEnv | AsyncBatchEnv | AgentBatchEnv:
     """Build a BatchEnv of ``num_envs`` envs spread over ``num_workers`` processes.
 
     Args:
         env: a Gymnasium id (``gymnasium.make(env, **env_kwargs)`` runs in the workers) or a
-            constructor returning an env (then ``env_kwargs`` must be empty).
+            constructor returning an env (then ``env_kwargs`` must be empty). A constructor
+            of a PettingZoo ``ParallelEnv`` gives an
+            :class:`~batchenv.multi_agent.AgentBatchEnv` (arrays ``[num_envs, agents,
+            ...]``; see :mod:`batchenv.multi_agent`).
         num_envs: batch size.
         num_workers: worker processes (default: the number of CPU cores, at most num_envs).
             Each hosts ``num_envs / num_workers`` envs, stepped one after another.
@@ -118,6 +123,14 @@ def make(
         parent_share=parent_share,
         _transport_only=batch_size is not None,
     )
+    if isinstance(batch.observation_space, AgentSpaces):
+        if batch_size is not None:
+            batch.close(DEFAULT_CLOSE_TIMEOUT)
+            raise ValueError(
+                "batch_size (send/recv) is not supported for PettingZoo envs: drop batch_size "
+                "for a lockstep AgentBatchEnv, or use BatchVectorEnv"
+            )
+        return AgentBatchEnv(batch)
     if batch_size is None:
         return batch
     return AsyncBatchEnv(

@@ -33,6 +33,7 @@ from batchenv.errors import (
     with_env_type,
 )
 from batchenv.make import start_workers
+from batchenv.multi_agent import AgentRows, AgentSpaces
 from batchenv.workers.autoreset import RESET, split_same_step, vector_commands
 
 
@@ -63,7 +64,11 @@ class BatchVectorEnv(VectorEnv):
     Differences from Gymnasium's classes: Graph, Sequence and custom spaces cannot be
     batched (``UnsupportedSpaceError``, as ``AsyncVectorEnv(shared_memory=True)``); a
     failing env raises its own exception type (or ``EnvWorkerError``) after closing the
-    whole batch, with no per-worker log messages.
+    whole batch, with no per-worker log messages; ``envs`` holds handles to envs in
+    workers, whose attribute reads are copies.
+
+    Constructors of PettingZoo ``ParallelEnv`` s give one row per agent, env by env, with
+    ``infos["agent_mask"]`` (see :mod:`batchenv.multi_agent`).
     """
 
     def __init__(
@@ -87,16 +92,28 @@ class BatchVectorEnv(VectorEnv):
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self._pending_call: str | None = None
         self.closed = False
-        self._batch: BatchEnv = start_workers(
-            env_fns,
-            num_workers=num_workers,
-            start_method=start_method,
-            timeout=timeout,
-            check_actions=check_actions,
-            copy=copy,
-            pin_workers=pin_workers,
-            parent_share=parent_share,
-            exact_spaces=False,  # checked below, as observation_mode asks
+        try:
+            self._batch: BatchEnv = start_workers(
+                env_fns,
+                num_workers=num_workers,
+                start_method=start_method,
+                timeout=timeout,
+                check_actions=check_actions,
+                copy=copy,
+                pin_workers=pin_workers,
+                parent_share=parent_share,
+                exact_spaces=False,  # checked below, as observation_mode asks
+            )
+        except SpacesMismatchError as error:  # not even one layout: Gymnasium's words first
+            kind = "action" if " action space " in str(error) else "observation"
+            mode = observation_mode if isinstance(observation_mode, str) else "same"
+            raise SpacesMismatchError(
+                f"{type(self).__name__}(..., observation_mode='{mode}') however the "
+                f"sub-environments {kind} spaces are not equivalent. {error}"
+            ) from None
+        space = self._batch.observation_space
+        self._agents = (
+            AgentRows(space, self._batch.num_envs) if isinstance(space, AgentSpaces) else None
         )
         try:
             self._set_spaces(observation_mode)
@@ -107,12 +124,15 @@ class BatchVectorEnv(VectorEnv):
             self._batch.close()
             raise
         self.metadata["autoreset_mode"] = self.autoreset_mode
-        self._autoreset = np.zeros(self.num_envs, bool)
+        self._autoreset = np.zeros(self._batch.num_envs, bool)  # per env (not agent row)
 
     def _set_spaces(self, observation_mode) -> None:
         """The single and batch spaces, after checking the envs' spaces as
         ``observation_mode`` asks (Gymnasium's RuntimeError where they differ)."""
         self.num_envs = self._batch.num_envs
+        if self._agents is not None:
+            self._set_agent_spaces(observation_mode)
+            return
         observation_spaces = self._batch.get_attr("observation_space")
         action_spaces = self._batch.get_attr("action_space")
         owner = type(self).__name__
@@ -130,6 +150,30 @@ class BatchVectorEnv(VectorEnv):
         _check_equal(owner, "action", action_spaces, "")
         self.single_action_space = action_spaces[0]
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    def _set_agent_spaces(self, observation_mode) -> None:
+        """PettingZoo envs: one row per agent, with the agents' (shared) spaces."""
+        if observation_mode != "same":
+            raise ValueError(
+                "observation_mode must be 'same' for PettingZoo envs (their agents share one "
+                f"observation space), got {observation_mode!r}"
+            )
+        _check_equal(
+            type(self).__name__, "observation", self._batch.get_attr("observation_space"), "same"
+        )
+        self.num_envs = self._agents.num_rows
+        self.single_observation_space = self._agents.space.agent_observation_space
+        self.single_action_space = self._agents.space.agent_action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    @property
+    def envs(self) -> tuple:
+        """One entry per env (as ``SyncVectorEnv.envs``): the env itself when the parent
+        steps it (``parent_share``), else a handle whose ``call``, ``get_attr``,
+        ``set_attr`` and attribute reads go to the env in its worker and return copies
+        (``envs[0].metadata``). For PettingZoo envs, one per env, not per agent row."""
+        return tuple(self._batch[i] for i in range(self._batch.num_envs))
 
     @property
     def np_random_seed(self) -> tuple:
@@ -150,11 +194,13 @@ class BatchVectorEnv(VectorEnv):
     ) -> None:
         """Send the reset to the envs without waiting; :meth:`reset_wait` collects it."""
         self._check_not_pending("reset_async")
-        seeds = per_env_seeds(seed, self.num_envs)
+        seeds = per_env_seeds(seed, self._batch.num_envs)
         options = dict(options) if options is not None else None
         mask = np.ones(self.num_envs, bool)
         if options is not None and "reset_mask" in options:
             mask = _check_mask(options.pop("reset_mask"), self.num_envs)
+        if self._agents is not None:  # the agents of a PettingZoo env reset together
+            mask = self._agents.env_mask(mask)
         reset_args = {int(i): (seeds[i], options) for i in np.flatnonzero(mask)}
         command = np.where(mask, RESET, 0).astype(np.uint8)
         try:
@@ -176,6 +222,13 @@ class BatchVectorEnv(VectorEnv):
         mask = self._reset_mask
         self._autoreset[mask] = False
         infos: dict[str, Any] = {}
+        if self._agents is not None:
+            observ, _, _, _, agent_mask = self._agents.flatten(observ)
+            infos["agent_mask"] = agent_mask
+            for env in np.flatnonzero(mask):
+                for row, info in self._agents.row_infos(int(env), raw.get(int(env), {})):
+                    infos = self._add_info(infos, info, row)
+            return observ, infos
         for row in np.flatnonzero(mask):
             infos = self._add_info(infos, raw.get(int(row), {}), int(row))
         return observ, infos
@@ -193,6 +246,8 @@ class BatchVectorEnv(VectorEnv):
                 f"actions must be a batch of {self.num_envs} actions (a sequence or array), "
                 f"got the scalar {actions!r}"
             )
+        if self._agents is not None:
+            actions = self._agents.joint_actions(actions)
         command = vector_commands(self.autoreset_mode, self._autoreset)
         unused = self._autoreset if command is not None and self._autoreset.any() else None
         try:
@@ -211,6 +266,9 @@ class BatchVectorEnv(VectorEnv):
         except EnvWorkerError as error:
             _raise_with_env_type(error)
             raise
+        self._autoreset = terminated | truncated
+        if self._agents is not None:
+            return self._agent_rows(observ, raw)
         infos: dict[str, Any] = {}
         for row in sorted(raw):
             info = raw[row]
@@ -221,7 +279,32 @@ class BatchVectorEnv(VectorEnv):
                     infos, {"final_obs": final_observ, "final_info": final_info}, row
                 )
             infos = self._add_info(infos, info, row)
-        self._autoreset = terminated | truncated
+        return observ, reward, terminated, truncated, infos
+
+    def _agent_rows(self, joint_observ: dict, raw: dict):
+        """A step's results of PettingZoo envs as one row per agent."""
+        agents = self._agents
+        observ, reward, terminated, truncated, agent_mask = agents.flatten(joint_observ)
+        infos: dict[str, Any] = {"agent_mask": agent_mask}
+        for env in sorted(raw):
+            info = raw[env]
+            same_step = split_same_step(info)
+            if same_step is not None:  # the episode ended: every agent's final row
+                reward = reward.copy()  # may be a view of shared memory (copy=False)
+                final_observ, final_info, info = same_step
+                finals = agents.split_observ(final_observ)
+                final_infos = dict(agents.row_infos(env, final_info))
+                for k, row in enumerate(agents.rows_of(env)):
+                    final = {"final_obs": finals[k], "final_info": final_infos.get(row, {})}
+                    infos = self._add_info(infos, final, row)
+                    # The reset observation replaced the final one: flags and rewards too.
+                    reward[row], terminated[row], truncated[row] = (
+                        final_observ["reward"][k],
+                        bool(final_observ["terminated"][k]),
+                        bool(final_observ["truncated"][k]),
+                    )
+            for row, agent_info in agents.row_infos(env, info):
+                infos = self._add_info(infos, agent_info, row)
         return observ, reward, terminated, truncated, infos
 
     def _check_not_pending(self, call: str) -> None:

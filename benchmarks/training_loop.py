@@ -167,6 +167,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "would step on: BatchVectorEnv's parent_share='auto' then keeps every env in the "
         "training process",
     )
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=["active", "passive"],
+        help="OMP_WAIT_POLICY for every run, whatever the class (default: unset, torch's "
+        "OpenMP threads spin after each parallel region). 'passive' makes them sleep at "
+        "once, leaving the cores to the workers",
+    )
     parser.add_argument("--cleanrl-dir", type=Path, help="folder with the CleanRL scripts")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write all runs here")
     args = parser.parse_args(argv)
@@ -254,6 +261,7 @@ def run_spec(case: Case, name: str, args: argparse.Namespace, scripts: Path | No
         script = str(scripts / case.script)
         return {
             "torch_threads": args.torch_threads,
+            "omp_wait_policy": args.omp_wait_policy,
             "kind": "cleanrl",
             "script": script,
             "vector": name,
@@ -270,6 +278,7 @@ def run_spec(case: Case, name: str, args: argparse.Namespace, scripts: Path | No
         "seed": SEED,
         "vector_kwargs": kwargs,
         "torch_threads": args.torch_threads,
+        "omp_wait_policy": args.omp_wait_policy,
     }
 
 
@@ -279,6 +288,8 @@ def run_child(spec: dict) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     if spec.get("torch_threads"):  # torch's default thread count, for every class alike
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec["torch_threads"])
+    if spec.get("omp_wait_policy"):
+        env["OMP_WAIT_POLICY"] = spec["omp_wait_policy"].upper()
     command = [sys.executable, "-c", "import training_loop_child as c; c.main()", json.dumps(spec)]
     with tempfile.TemporaryDirectory(prefix="training_loop_") as scratch:
         try:
@@ -446,7 +457,8 @@ def main(argv=None) -> None:
     print(
         f"cases {[case.name for case in args.cases]}, classes {args.classes}, "
         f"{args.rounds} rounds, BatchVectorEnv kwargs {args.batchvec_kwargs}, "
-        f"torch threads {args.torch_threads or 'default'}"
+        f"torch threads {args.torch_threads or 'default'}, OMP_WAIT_POLICY "
+        f"{args.omp_wait_policy or 'unset'}"
     )
     runs = measure(args, scripts)
     print("\nEnd-to-end SPS (medians; env construction + training + close):\n")

@@ -233,9 +233,32 @@ def test_same_mode_mismatch_is_runtime_error(share):
     """Defect 8: sub-envs whose spaces cannot even share a block raise a RuntimeError
     (and a BatchEnvError, and a ValueError as batchenv raised before)."""
     fns = [lambda: gym.make("CartPole-v1"), lambda: gym.make("FrozenLake-v1")]
-    with pytest.raises(RuntimeError, match="space") as caught:
+    gymnasium_words = (
+        r"BatchVectorEnv\(\.\.\., observation_mode='same'\) however the sub-environments "
+        r"observation spaces are not equivalent\. .*FrozenLake|Discrete\(16\)"
+    )
+    with pytest.raises(RuntimeError, match=gymnasium_words) as caught:
         BatchVectorEnv(fns, parent_share=share)
     assert isinstance(caught.value, SpacesMismatchError) and isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("share", SHARES, ids=SHARE_IDS)
+def test_envs_are_handles_to_each_env(share):
+    """``SyncVectorEnv.envs``: one handle per env (the env itself when the parent steps
+    it), whose attribute reads come from the env (the vector env's own metadata says the
+    autoreset mode, the env's does not)."""
+    envs = BatchVectorEnv([lambda: gym.make("CartPole-v1")] * 2, parent_share=share)
+    try:
+        assert len(envs.envs) == 2
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+        assert "autoreset_mode" not in envs.envs[0].metadata
+        assert envs.envs[1].spec.id == "CartPole-v1"
+        assert envs.envs[0].unwrapped.gravity == 9.8
+        # An env in a worker reports the AttributeError as an EnvWorkerError naming it.
+        with pytest.raises((AttributeError, EnvWorkerError), match="no_such_attribute"):
+            envs.envs[0].no_such_attribute
+    finally:
+        envs.close()
 
 
 @pytest.mark.parametrize("share", SHARES, ids=SHARE_IDS)

@@ -41,9 +41,10 @@ class InGraphBatchEnv:
 
     Args:
         env: a NumPy BatchEnv (``len``, ``observation_space``, ``action_space``,
-            ``reset(indices, seed)``, ``step(actions)``) or an InGraphEnv. An InGraphEnv with
-            a ``num_agents`` attribute has an agent axis after the batch axis in observ,
-            action and reward.
+            ``reset(indices, seed)``, ``step(actions)``) or an InGraphEnv. One with a
+            ``num_agents`` attribute (an InGraphEnv, or the AgentBatchEnv of PettingZoo
+            envs) has an agent axis after the batch axis in observ, action and reward; its
+            ``done`` is the env's (every agent has left).
         device: where the state lives (default: the InGraphEnv's device, or CPU).
         check_finite: raise ValueError naming the rows when an action, observation or
             reward is NaN or infinite (costs one host sync per step on a GPU).
@@ -79,7 +80,8 @@ class InGraphBatchEnv:
             self.single_observation_space = env.observation_space
             self.single_action_space = env.action_space
             self.device = torch.device(device if device is not None else "cpu")
-            self._agent_shape = ()
+            agents = getattr(env, "num_agents", None)  # an AgentBatchEnv (PettingZoo envs)
+            self._agent_shape = () if agents is None else (int(agents),)
             self._backend = _NumpyBackend(self, seed)
             self.handle = next(_HANDLES)
             _BACKENDS[self.handle] = self._backend
@@ -254,6 +256,7 @@ class _NumpyBackend:
         self.device = owner.device
         self.check_finite = owner.check_finite
         self.seed = seed
+        self.agent_shape = owner._agent_shape
         self.observ_shape, self.observ_dtype = _layout(owner.single_observation_space, "observ")
         space = owner.single_action_space
         if isinstance(space, gym.spaces.Discrete):
@@ -282,7 +285,9 @@ class _NumpyBackend:
             bad = _nonfinite_rows(actions)
             if len(bad):
                 _raise_nonfinite("action", bad.tolist(), "passed to step()")
-        observ, reward, terminated, truncated, _ = self.env.step(actions)
+        observ, reward, terminated, truncated, infos = self.env.step(actions)
+        if self.agent_shape:  # per-agent flags; the env is done when its episode is over
+            terminated, truncated = infos["episode_terminated"], infos["episode_truncated"]
         reward = np.asarray(reward, dtype=np.float32)
         if self.check_finite:
             bad = _nonfinite_rows(reward)
@@ -322,7 +327,7 @@ def _batch_env_reset(clock: torch.Tensor, handle: int, indices: torch.Tensor) ->
 @_batch_env_reset.register_fake
 def _(clock: torch.Tensor, handle: int, indices: torch.Tensor) -> torch.Tensor:
     backend = _backend(handle)
-    shape = (indices.shape[0], *backend.observ_shape)
+    shape = (indices.shape[0], *backend.agent_shape, *backend.observ_shape)
     return torch.empty(shape, dtype=backend.observ_dtype, device=backend.device)
 
 
@@ -337,10 +342,10 @@ def _batch_env_step(
 @_batch_env_step.register_fake
 def _(clock: torch.Tensor, handle: int, action: torch.Tensor):
     backend = _backend(handle)
-    n, device = backend.num_envs, backend.device
+    n, device, agents = backend.num_envs, backend.device, backend.agent_shape
     return (
-        torch.empty((n, *backend.observ_shape), dtype=backend.observ_dtype, device=device),
-        torch.empty(n, dtype=torch.float32, device=device),
+        torch.empty((n, *agents, *backend.observ_shape), dtype=backend.observ_dtype, device=device),
+        torch.empty((n, *agents), dtype=torch.float32, device=device),
         torch.empty(n, dtype=torch.bool, device=device),
         torch.empty(n, dtype=torch.bool, device=device),
     )

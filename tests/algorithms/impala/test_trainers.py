@@ -110,10 +110,13 @@ _DEATH_LOG = {"sync": "exit code -9", "async": "lost its envs: worker 0"}
 def test_actor_killing_itself_is_restarted(mode: str, tmp_path: Path, caplog) -> None:
     env = functools.partial(FaultAfterEnv, "kill", at_step=7, marker=str(tmp_path / "fired"))
     with caplog.at_level("WARNING"):
-        result = TRAINERS[mode](small_config(mode), env=env, record_unrolls=True).train()
+        # Enough steps that the restarted actor (a new process: a second or more on a busy
+        # machine) still has unrolls to make after the other actor's share.
+        config = small_config(mode, total_steps=4000)
+        result = TRAINERS[mode](config, env=env, record_unrolls=True).train()
     assert result.actor_restarts == 1
     assert result.abandoned_unrolls == 2  # the unroll of both its envs in progress
-    assert result.steps == 400
+    assert result.steps == 4000
     check_accounting(result)
     assert {incarnation for _, incarnation, _ in result.consumed_ids} == {0, 1}
     assert _DEATH_LOG[mode] in caplog.text and "restarting it (restart 1 of 3)" in caplog.text
