@@ -26,6 +26,7 @@ from batchenv.workers.external_process import (
     describe_constructor,
 )
 from batchenv.workers.parent_share import plan as parent_share_plan
+from batchenv.workers.parent_share import torch_threads
 from batchenv.workers.protocol import EnvFailure
 from batchenv.workers.shared_memory_transport import SharedMemoryTransport
 from batchenv.workers.transport import check_same_spaces
@@ -52,6 +53,9 @@ def make(
     parent_share: float | str | None = None,
     batch_size: int | None = None,
     autoreset_mode: str = "next_step",
+    backend: str = "local",
+    placement: str = "PACK",
+    address: str | None = None,
     **env_kwargs,
 ) -> BatchEnv | AsyncBatchEnv | AgentBatchEnv:
     """Build a BatchEnv of ``num_envs`` envs spread over ``num_workers`` processes.
@@ -63,8 +67,10 @@ def make(
             :class:`~batchenv.multi_agent.AgentBatchEnv` (arrays ``[num_envs, agents,
             ...]``; see :mod:`batchenv.multi_agent`).
         num_envs: batch size.
-        num_workers: worker processes (default: the number of CPU cores, at most num_envs).
-            Each hosts ``num_envs / num_workers`` envs, stepped one after another.
+        num_workers: worker processes (default: the number of CPU cores, at most num_envs;
+            with ``batch_size``, the cores torch's threads leave free: see
+            :func:`async_num_workers`). Each hosts ``num_envs / num_workers`` envs, stepped
+            one after another.
         start_method: "forkserver" (default) or "spawn".
         timeout: deadline in seconds for each step and reset (None: none).
         start_timeout: deadline for starting the workers and building the envs.
@@ -91,6 +97,14 @@ def make(
             EnvPool's ``send``/``recv`` API whose ``recv()`` returns the first
             ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).
         autoreset_mode: with ``batch_size``: "next_step" (EnvPool's) or "same_step".
+        backend: "local" (default: worker processes on this machine) or "ray": the
+            ``num_workers`` groups are Ray actors, placed over a Ray cluster's nodes (see
+            :mod:`batchenv.workers.ray_transport`; ``pip install -e ".[ray]"``); the
+            BatchEnv API is the same. Lockstep only: no ``batch_size`` or
+            ``parent_share``.
+        placement: with ``backend="ray"``: "PACK" (as few nodes as fit) or "SPREAD".
+        address: with ``backend="ray"``: the Ray cluster to join when Ray is not
+            initialized yet (None: ``RAY_ADDRESS``, or a local instance).
     """
     if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -104,11 +118,27 @@ def make(
         constructor = env
     else:
         raise TypeError(f"env must be a Gymnasium id or a callable, got {env!r}")
+    if backend not in ("local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+    if backend == "ray":
+        return _start_on_ray(
+            constructor,
+            int(num_envs),
+            num_workers,
+            timeout=timeout,
+            start_timeout=start_timeout,
+            check_actions=check_actions,
+            placement=placement,
+            address=address,
+            refused={"batch_size": batch_size, "parent_share": parent_share},
+        )
     if batch_size is not None and parent_share:
         raise ValueError(
             "parent_share applies to lockstep stepping; with batch_size (send/recv) every env "
             "runs in a worker: drop one of the two"
         )
+    if batch_size is not None and num_workers is None:
+        num_workers = async_num_workers(int(num_envs))
     batch = start_workers(
         [constructor] * int(num_envs),
         num_workers=num_workers,
@@ -140,6 +170,33 @@ def make(
         check_actions=check_actions,
         autoreset_mode=autoreset_mode,
     )
+
+
+def _start_on_ray(constructor, num_envs, num_workers, *, placement, address, refused, **options):
+    """``make(..., backend="ray")``: the groups as Ray actors (lockstep BatchEnv)."""
+    if num_workers is None:
+        raise ValueError(
+            "backend='ray' needs num_workers: the number of worker groups, one Ray actor "
+            "each (e.g. one per node, or per few cores)"
+        )
+    given = sorted(name for name, value in refused.items() if value)
+    if given:
+        raise ValueError(
+            f"{' and '.join(given)} apply to the local backend only; with backend='ray' the "
+            "batch steps in lockstep: drop them"
+        )
+    from batchenv.workers.ray_transport import start_ray_workers
+
+    batch = start_ray_workers(
+        [constructor] * num_envs,
+        num_workers=num_workers,
+        strategy=placement,
+        address=address,
+        **options,
+    )
+    if isinstance(batch.observation_space, AgentSpaces):
+        return AgentBatchEnv(batch)
+    return batch
 
 
 def start_workers(
@@ -231,6 +288,17 @@ def start_workers(
     if _transport_only:
         return transport
     return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
+
+
+def async_num_workers(num_envs: int) -> int:
+    """Workers of a send/recv batch: the cores that torch's intra-op threads leave free,
+    since the training process computes while the workers step (all the cores when torch
+    is not imported). On 2 cores with torch at one thread, one worker made a PPO loop of 16
+    HalfCheetahs 1.10x SyncVectorEnv's; two made it 0.80x (benchmarks/RESULTS.md)."""
+    import sys
+
+    threads = torch_threads() if "torch" in sys.modules else 0
+    return max(1, min(num_envs, default_num_workers() - threads))
 
 
 def default_num_workers() -> int:

@@ -23,14 +23,13 @@ with random play on the same envs.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
+from shared_policy_ppo import ActingOnly, ActorCritic, parse_dataclass_args, ppo_epochs
 
 import batchenv
 from batchenv import Algorithm, simulate
@@ -63,22 +62,6 @@ def make_game(max_cycles: int):
     return knights_archers_zombies_v11.parallel_env(max_cycles=max_cycles)
 
 
-class ActorCritic(nn.Module):
-    """A policy head and a value head on a shared MLP torso."""
-
-    def __init__(self, observ_size: int, num_actions: int, hidden: int = 128):
-        super().__init__()
-        self.torso = nn.Sequential(
-            nn.Linear(observ_size, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
-        )
-        self.policy = nn.Linear(hidden, num_actions)
-        self.value = nn.Linear(hidden, 1)
-
-    def forward(self, observ: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.torso(observ.flatten(-2))
-        return self.policy(hidden), self.value(hidden).squeeze(-1)
-
-
 class SharedPolicyPPO(Algorithm):
     """PPO-clip with GAE over every agent row; masked (dead) agents are left out."""
 
@@ -86,7 +69,7 @@ class SharedPolicyPPO(Algorithm):
         self.env, self.args, self.learn = env, args, learn
         self.num_actions = int(env.action_space.n)
         observ_size = int(np.prod(env.observation_space.shape))
-        self.net = ActorCritic(observ_size, self.num_actions)
+        self.net = ActorCritic(observ_size, self.num_actions, hidden=128)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=args.learning_rate)
         self.generator = torch.Generator().manual_seed(args.seed)
         self.buffer: list[tuple[torch.Tensor, ...]] = []
@@ -100,7 +83,7 @@ class SharedPolicyPPO(Algorithm):
         if not self.learn:
             shape = observ.shape[:2]
             return torch.randint(0, self.num_actions, shape, generator=self.generator)
-        logits, _ = self.net(observ)
+        logits, _ = self.net(observ.flatten(2))
         probs = torch.softmax(logits, dim=-1).reshape(-1, self.num_actions)
         return torch.multinomial(probs, 1, generator=self.generator).reshape(observ.shape[:2])
 
@@ -121,9 +104,9 @@ class SharedPolicyPPO(Algorithm):
             torch.stack(column) for column in zip(*self.buffer)
         )  # [S, E, A, ...]; done and truncated [S, E]
         with torch.no_grad():
-            logits, value = self.net(observ)
+            logits, value = self.net(observ.flatten(3))
             old_log_prob = torch.distributions.Categorical(logits=logits).log_prob(action)
-            _, next_value = self.net(next_observ)
+            _, next_value = self.net(next_observ.flatten(3))
             # An agent's return ends when it dies (its row is masked from then on) or when
             # its game ends; a time limit bootstraps from the last observation.
             next_alive = torch.cat([alive[1:], alive[-1:]])
@@ -137,35 +120,17 @@ class SharedPolicyPPO(Algorithm):
                 advantage[t] = running
             target = advantage + value
         keep = alive.reshape(-1)
-        rows = observ.reshape(-1, *observ.shape[3:])[keep]
-        flat = [x.reshape(-1)[keep] for x in (action, old_log_prob, advantage, target)]
-        size = max(rows.shape[0] // args.minibatches, 1)
-        for _ in range(args.epochs):
-            order = torch.randperm(rows.shape[0], generator=self.generator)
-            for first in range(0, size * args.minibatches, size):
-                pick = order[first : first + size]
-                act, old, adv, ret = (x[pick] for x in flat)
-                logits, value = self.net(rows[pick])
-                distribution = torch.distributions.Categorical(logits=logits)
-                ratio = torch.exp(distribution.log_prob(act) - old)
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                clipped = ratio.clamp(1 - args.clip, 1 + args.clip)
-                policy_loss = -torch.minimum(ratio * adv, clipped * adv).mean()
-                value_loss = 0.5 * (value - ret).square().mean()
-                entropy = distribution.entropy().mean()
-                loss = policy_loss + 0.5 * value_loss - args.entropy * entropy
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
-                self.optimizer.step()
+        rows = observ.flatten(3).reshape(-1, observ[0, 0, 0].numel())[keep]
+        columns = [x.reshape(-1)[keep] for x in (action, old_log_prob, advantage, target)]
+        summaries = ppo_epochs(self.net, self.optimizer, rows, columns, args, self.generator)
         self.updates += 1
-        return {"policy_loss": policy_loss.detach(), "entropy": entropy.detach()}
+        return summaries
 
 
 def mean_return(env, algo: SharedPolicyPPO, steps: int) -> tuple[float, int]:
     """Mean return per agent of the games that finish in ``steps`` simulate() calls from
     fresh starts, and how many did."""
-    acting = _NoLearning(algo)
+    acting = ActingOnly(algo)
     total, count = 0.0, 0
     simulate(env, acting, reset=True)
     for _ in range(steps):
@@ -173,16 +138,6 @@ def mean_return(env, algo: SharedPolicyPPO, steps: int) -> tuple[float, int]:
         total += float(score[done].mean(dim=-1).sum())
         count += int(done.sum())
     return total / max(count, 1), count
-
-
-class _NoLearning(Algorithm):
-    """``algo``'s policy acting (random when ``algo.learn`` is False), no experience()."""
-
-    def __init__(self, algo: SharedPolicyPPO):
-        self.algo = algo
-
-    def perform(self, observ):
-        return self.algo.perform(observ)
 
 
 def train(args: Args) -> dict[str, float]:
@@ -234,12 +189,7 @@ def train(args: Args) -> dict[str, float]:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    defaults = Args()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, value in vars(defaults).items():
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, type=type(value), default=value)
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_dataclass_args(Args(), __doc__.splitlines()[0], argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

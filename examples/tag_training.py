@@ -24,12 +24,11 @@ from about 22 steps to about 4 (a few minutes on a busy 2-core CPU).
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+from shared_policy_ppo import ActingOnly, ActorCritic, parse_dataclass_args, ppo_epochs
 
 from batchenv import Algorithm, InGraphBatchEnv, simulate
 from batchenv.kernels import DiscreteTag
@@ -70,22 +69,6 @@ def make_env(args: Args, device: torch.device, backend: str) -> DiscreteTag:
         seed=args.seed,
         backend=backend,
     )
-
-
-class ActorCritic(nn.Module):
-    """A policy head (5 logits) and a value head on a shared MLP torso."""
-
-    def __init__(self, observ_size: int, num_actions: int, hidden: int = 64):
-        super().__init__()
-        self.torso = nn.Sequential(
-            nn.Linear(observ_size, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
-        )
-        self.policy = nn.Linear(hidden, num_actions)
-        self.value = nn.Linear(hidden, 1)
-
-    def forward(self, observ: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.torso(observ)
-        return self.policy(hidden), self.value(hidden).squeeze(-1)
 
 
 class SharedPolicyPPO(Algorithm):
@@ -157,35 +140,17 @@ class SharedPolicyPPO(Algorithm):
                 advantage[t] = running
             target = advantage + value
         rows = observ.reshape(-1, observ.shape[-1])
-        flat = [x.reshape(-1) for x in (action, old_log_prob, advantage, target)]
-        size = rows.shape[0] // args.minibatches
-        for _ in range(args.epochs):
-            order = torch.randperm(rows.shape[0], generator=self.generator, device=self.device)
-            for first in range(0, size * args.minibatches, size):
-                pick = order[first : first + size]
-                act, old, adv, ret = (x[pick] for x in flat)
-                logits, value = self.net(rows[pick])
-                distribution = torch.distributions.Categorical(logits=logits)
-                ratio = torch.exp(distribution.log_prob(act) - old)
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                clipped = ratio.clamp(1 - args.clip, 1 + args.clip)
-                policy_loss = -torch.minimum(ratio * adv, clipped * adv).mean()
-                value_loss = 0.5 * (value - ret).square().mean()
-                entropy = distribution.entropy().mean()
-                loss = policy_loss + 0.5 * value_loss - args.entropy * entropy
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
-                self.optimizer.step()
+        columns = [x.reshape(-1) for x in (action, old_log_prob, advantage, target)]
+        summaries = ppo_epochs(self.net, self.optimizer, rows, columns, args, self.generator)
         self.updates += 1
-        return {"policy_loss": policy_loss.detach(), "entropy": entropy.detach()}
+        return summaries
 
 
 def mean_episode_length(env: DiscreteTag, algo: SharedPolicyPPO, steps: int) -> tuple[float, int]:
     """Run ``steps`` simulate() calls from fresh starts; mean length of the episodes that
     finished, and how many did."""
     batch = InGraphBatchEnv(env)
-    acting = _NoLearning(algo)
+    acting = ActingOnly(algo)
     total, count = 0, 0
     simulate(batch, acting, reset=True)
     for _ in range(steps):
@@ -193,16 +158,6 @@ def mean_episode_length(env: DiscreteTag, algo: SharedPolicyPPO, steps: int) -> 
         total += int(batch.length[done].sum())
         count += int(done.sum())
     return total / max(count, 1), count
-
-
-class _NoLearning(Algorithm):
-    """``algo``'s policy acting (random when ``algo.learn`` is False), no experience()."""
-
-    def __init__(self, algo: SharedPolicyPPO):
-        self.algo = algo
-
-    def perform(self, observ):
-        return self.algo.perform(observ)
 
 
 def train(args: Args) -> dict[str, float]:
@@ -256,12 +211,7 @@ def train(args: Args) -> dict[str, float]:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    defaults = Args()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, value in vars(defaults).items():
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, type=type(value), default=value)
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_dataclass_args(Args(), __doc__.splitlines()[0], argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

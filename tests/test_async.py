@@ -233,3 +233,22 @@ def test_a_hung_env_times_out_naming_the_rows_in_flight():
         assert 3 in caught.value.env_indices
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(("cores", "threads", "expected"), [(4, 1, 3), (2, 2, 1), (4, 3, 1)])
+def test_default_workers_leave_torchs_threads_their_cores(monkeypatch, cores, threads, expected):
+    """With send/recv the training process computes while the workers step: by default
+    the workers take only the cores torch's intra-op threads leave free."""
+    import sys
+
+    make_module = sys.modules["batchenv.make"]  # batchenv.make is also the function
+
+    monkeypatch.setattr(make_module, "default_num_workers", lambda: cores)
+    monkeypatch.setattr(make_module, "torch_threads", lambda: threads)
+    assert make_module.async_num_workers(16) == expected
+    assert make_module.async_num_workers(1) == 1
+    env = batchenv.make("CartPole-v1", 4, batch_size=2)
+    try:
+        assert len(env.processes()) == min(expected, 4)
+    finally:
+        env.close()

@@ -244,7 +244,7 @@ def test_an_address_without_a_cluster_fails_fast_in_one_line():
 
     started = time.monotonic()  # (the probe fails before any ray.init)
     with pytest.raises(ConnectionError, match=r"^no Ray cluster answers at '127.0.0.1:1' .*$"):
-        ray_transport._init(None, "127.0.0.1:1")
+        ray_transport.connect(None, "127.0.0.1:1")
     assert time.monotonic() - started < 6.0
 
 
@@ -304,3 +304,51 @@ def test_spread_places_groups_on_two_nodes_and_a_lost_node_is_a_worker_died_erro
         timeout=180,
     )
     assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+def test_make_with_the_ray_backend_steps_as_the_local_one(ray_cluster):
+    remote = batchenv.make("CartPole-v1", 4, backend="ray", num_workers=2, timeout=30.0)
+    local = batchenv.make("CartPole-v1", 4, num_workers=2)
+    try:
+        assert type(remote._transport).__name__ == "RayTransport"
+        assert_same(remote.reset(seed=3), local.reset(seed=3))
+        for t in range(60):
+            actions = np.array([(t + i) % 2 for i in range(4)])
+            results = remote.step(actions)
+            assert_same(results, local.step(actions))
+            done = np.flatnonzero(results[2] | results[3])
+            if len(done):
+                assert_same(remote.reset(done), local.reset(done))
+    finally:
+        remote.close()
+        local.close()
+    assert_nothing_left(remote)
+
+
+def test_make_with_the_ray_backend_batches_pettingzoo_agents(ray_cluster):
+    from batchenv.multi_agent import AgentBatchEnv
+    from tests.agent_envs import Relay
+
+    env = batchenv.make(Relay, 2, backend="ray", num_workers=1, timeout=30.0)
+    try:
+        assert isinstance(env, AgentBatchEnv) and (env.num_envs, env.num_agents) == (2, 3)
+        observ, infos = env.reset(seed=5)
+        np.testing.assert_array_equal(infos["agent_mask"], [[True, False, True]] * 2)
+        np.testing.assert_array_equal(observ[1, 2], [0, 26])
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "backend='ray' needs num_workers"),
+        ({"num_workers": 2, "batch_size": 2}, "batch_size apply to the local backend only"),
+        ({"num_workers": 2, "parent_share": "auto"}, "parent_share apply to the local backend"),
+        ({"backend": "dask"}, "backend must be 'local' or 'ray', got 'dask'"),
+    ],
+)
+def test_make_refuses_what_the_ray_backend_cannot_do_before_starting_anything(kwargs, message):
+    kwargs = {"backend": "ray", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        batchenv.make("CartPole-v1", 4, **kwargs)

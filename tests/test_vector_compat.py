@@ -256,7 +256,7 @@ def test_envs_are_handles_to_each_env(share):
         assert envs.envs[0].unwrapped.gravity == 9.8
         # An env in a worker reports the AttributeError as an EnvWorkerError naming it.
         with pytest.raises((AttributeError, EnvWorkerError), match="no_such_attribute"):
-            envs.envs[0].no_such_attribute
+            _ = envs.envs[0].no_such_attribute
     finally:
         envs.close()
 

@@ -36,7 +36,7 @@ from batchenv.workers.liveness import orphaned, pid_alive, set_parent_death_sign
 
 from .models import forward_in
 
-__all__ = ["ActorSpec", "allocate_slots", "run_actor", "slot_specs", "write_row"]
+__all__ = ["ActorSpec", "Unrolling", "allocate_slots", "run_actor", "slot_specs", "write_row"]
 
 _POLL_SECONDS = 0.2
 
@@ -186,60 +186,86 @@ class _Actor:
             envs.close()
 
     def _loop(self, envs) -> None:
-        spec, views, model = self.spec, self.views, self.model
+        spec, views = self.spec, self.views
         num = len(spec.constructors)
-        T = spec.unroll_length
-        observ = envs.reset(seed=spec.seed)
-        reward = np.zeros(num, np.float32)
-        done = np.ones(num, np.bool_)
-        episode_return = np.zeros(num, np.float32)
-        episode_step = np.zeros(num, np.int32)
-        last_action = np.zeros(num, np.int64)
-        core_state = model.initial_state(num)
-        with torch.no_grad():
-            inputs = self._inputs(observ, reward, done, last_action)
-            agent, _ = forward_in(spec.precision, model, inputs, core_state)
+        unrolling = Unrolling(envs, self.model, spec.unroll_length, spec.seed, spec.precision)
         sequence = 0
         while True:
             slots = self._take_slots(num)
             if slots is None:
                 return
             rows = np.asarray(slots)
-            for k, key in enumerate(self.core_keys):
-                views[key][rows] = core_state[k][0].numpy()
-            write_row(
-                views, rows, 0, observ, reward, done, episode_return, episode_step,
-                last_action, agent,
-            )  # fmt: skip
-            for t in range(T):
-                with torch.inference_mode():
-                    inputs = self._inputs(observ, reward, done, last_action)
-                    agent, core_state = forward_in(spec.precision, model, inputs, core_state)
-                action = agent["action"][0].numpy()
-                observ, reward, done = envs.step(action)
-                episode_return += reward
-                episode_step += 1
-                last_action = action
-                write_row(
-                    views, rows, t + 1, observ, reward, done, episode_return, episode_step,
-                    last_action, agent,
-                )  # fmt: skip
-                if done.any():
-                    episode_return[done] = 0.0
-                    episode_step[done] = 0
+            unrolling.fill(views, rows, self.core_keys)
             views["unroll_id"][rows] = [
                 (spec.index, spec.incarnation, sequence * num + j) for j in range(num)
             ]
             sequence += 1
             self.conn.send(("full", slots))
 
-    @staticmethod
-    def _inputs(observ, reward, done, last_action) -> dict[str, torch.Tensor]:
+
+class Unrolling:
+    """An actor's envs and acting model between unrolls: :meth:`fill` writes the next
+    ``[T + 1]`` unroll of every env (row 0 repeating the previous unroll's last row).
+
+    Used by the actor processes of sync mode (into shared-memory slots) and by the Ray
+    actors of distributed mode (into arrays returned to the learner).
+
+    Args:
+        envs: the actor's envs (``reset(seed)``, ``step(actions) -> (observ, reward,
+            done)``, autoresetting; see envs.py).
+        model: the acting model (its weights may change between calls).
+        unroll_length: steps T per unroll.
+        seed: env ``j`` is reset with ``seed + j``.
+        precision: the model's forward precision.
+    """
+
+    def __init__(self, envs, model, unroll_length: int, seed: int, precision: str = "fp32"):
+        self.envs, self.model = envs, model
+        self.unroll_length, self.precision = unroll_length, precision
+        self.observ = envs.reset(seed=seed)
+        num = len(self.observ)
+        self.reward = np.zeros(num, np.float32)
+        self.done = np.ones(num, np.bool_)
+        self.episode_return = np.zeros(num, np.float32)
+        self.episode_step = np.zeros(num, np.int32)
+        self.last_action = np.zeros(num, np.int64)
+        self.core_state = model.initial_state(num)
+        with torch.no_grad():
+            self.agent, _ = forward_in(precision, model, self._inputs(), self.core_state)
+
+    def fill(self, views: dict, rows: np.ndarray, core_keys: list[str]) -> None:
+        """Write one unroll per env into ``views[key][rows]`` (``[slot, T + 1, ...]``) and
+        the core state before row 0 into ``views[core_key][rows]``."""
+        for k, key in enumerate(core_keys):
+            views[key][rows] = self.core_state[k][0].numpy()
+        self._write(views, rows, 0)
+        for t in range(self.unroll_length):
+            with torch.inference_mode():
+                self.agent, self.core_state = forward_in(
+                    self.precision, self.model, self._inputs(), self.core_state
+                )
+            action = self.agent["action"][0].numpy()
+            self.observ, self.reward, self.done = self.envs.step(action)
+            self.episode_return += self.reward
+            self.episode_step += 1
+            self.last_action = action
+            self._write(views, rows, t + 1)
+            if self.done.any():
+                self.episode_return[self.done] = 0.0
+                self.episode_step[self.done] = 0
+
+    def _write(self, views: dict, rows: np.ndarray, t: int) -> None:
+        write_row(
+            views, rows, t, self.observ, self.reward, self.done, self.episode_return,
+            self.episode_step, self.last_action, self.agent,
+        )  # fmt: skip
+
+    def _inputs(self) -> dict[str, torch.Tensor]:
         return {
-            "frame": torch.from_numpy(observ).unsqueeze(0),
-            "reward": torch.from_numpy(reward).unsqueeze(0),
-            "done": torch.from_numpy(done).unsqueeze(0),
-            "last_action": torch.from_numpy(last_action).unsqueeze(0),
+            "frame": torch.from_numpy(self.observ).unsqueeze(0),
+            "reward": torch.from_numpy(self.reward).unsqueeze(0),
+            "done": torch.from_numpy(self.done).unsqueeze(0),
+            "last_action": torch.from_numpy(self.last_action).unsqueeze(0),
         }
 
 

@@ -105,9 +105,8 @@ def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train impala``; returns the exit status."""
     from batchenv.run_dir import RunDirectory
 
-    from .async_mode import AsyncTrainer
     from .errors import ActorDiedError, ActorTimeoutError
-    from .sync import SyncTrainer
+    from .modes import trainer_class
 
     if args.resume is True:  # the old form: --logdir RUN_DIR --resume
         if args.logdir is None:
@@ -162,8 +161,7 @@ def train(args: argparse.Namespace) -> int:
             f"T={config.unroll_length}, B={config.batch_size}, run directory {run.path}"
         )
         try:
-            trainer_class = AsyncTrainer if config.mode == "async" else SyncTrainer
-            trainer = trainer_class(
+            trainer = trainer_class(config.mode)(
                 config, run_dir=run, checkpoint=checkpoint, progress=not args.no_progress
             )
             result = trainer.train()
@@ -191,6 +189,11 @@ def preflight(config: ImpalaConfig) -> None:
     from batchenv.preflight import bf16_is_slow, check_device, check_gym_env
 
     check_device(config.device)
+    if config.mode == "distributed":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError('--mode distributed needs the ray extra: pip install -e ".[ray]"')
     if isinstance(config.env, str):
         check_gym_env(config.env)
     if config.precision == "bf16":

@@ -27,7 +27,8 @@ __all__ = ["ImpalaConfig", "field_help"]
 
 REWARD_CLIPPING = ("abs_one", "none")
 MODELS = ("auto", "mlp", "atari", "resnet")
-MODES = ("sync", "async")
+MODES = ("sync", "async", "distributed")
+PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -38,7 +39,8 @@ class ImpalaConfig:
     # Mode, environment and actors.
     mode: str = "sync"
     """'sync': actor processes fill shared memory (MonoBeast); 'async': actor threads,
-    batched inference and a learner queue (PolyBeast)."""
+    batched inference and a learner queue (PolyBeast); 'distributed': actors as Ray actors
+    on the nodes of a Ray cluster (the ray extra; see ray_address and placement)."""
     env: str = "CartPole-v1"
     """Gymnasium id (Atari ids get the DeepMind preprocessing of batchenv.wrappers)."""
     num_actors: int = 4
@@ -125,6 +127,14 @@ class ImpalaConfig:
     torch_threads: int = 1
     """torch threads of the learner process (actors always use 1)."""
 
+    # Distributed mode.
+    ray_address: str = ""
+    """Distributed: the Ray cluster to join (HOST:PORT of `ray start --head`); '': the
+    RAY_ADDRESS variable, or a local Ray instance on this machine."""
+    placement: str = "SPREAD"
+    """Distributed: how the actors are placed over the cluster's nodes: 'SPREAD' (one
+    node each where possible), 'PACK' (as few nodes as fit), or Ray's STRICT_ variants."""
+
     def __post_init__(self) -> None:
         positive = (
             "num_actors",
@@ -155,6 +165,10 @@ class ImpalaConfig:
             )
         if self.mode not in MODES:
             raise ValueError(f"ImpalaConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"ImpalaConfig.placement must be one of {PLACEMENTS}, got {self.placement!r}"
+            )
         if self.max_learner_queue_size is not None and self.max_learner_queue_size < 1:
             raise ValueError(
                 "ImpalaConfig.max_learner_queue_size must be a positive integer or None, "

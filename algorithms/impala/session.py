@@ -71,8 +71,7 @@ class ImpalaTrainer:
     ) -> None:
         from batchenv.run_dir import RunDirectory
 
-        from .async_mode import AsyncTrainer
-        from .sync import SyncTrainer
+        from .modes import trainer_class
 
         run_dir = Path(run_dir)
         if resume and not (run_dir / CHECKPOINT_NAME).exists():
@@ -88,8 +87,7 @@ class ImpalaTrainer:
         with run:
             if checkpoint is not None and checkpoint["step"] >= config.total_steps:
                 return
-            trainer_class = AsyncTrainer if config.mode == "async" else SyncTrainer
-            trainer = trainer_class(
+            trainer = trainer_class(config.mode)(
                 config,
                 run_dir=run,
                 checkpoint=checkpoint,

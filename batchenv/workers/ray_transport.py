@@ -575,7 +575,7 @@ def start_ray_workers(
     if not num_cpus_per_worker > 0:
         raise ValueError(f"num_cpus_per_worker must be > 0, got {num_cpus_per_worker!r}")
     if not ray.is_initialized():
-        _init(ray, address)
+        connect(ray, address)
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -587,16 +587,7 @@ def start_ray_workers(
     pg = placement_group(bundles, strategy=strategy)
     actors: list = []
     try:
-        placed, _ = ray.wait([pg.ready()], timeout=remaining(deadline))
-        if not placed:
-            cpus = ray.cluster_resources().get("CPU", 0)
-            raise WorkerTimeoutError(
-                f"Ray could not place {len(groups)} worker groups of {num_cpus_per_worker} "
-                f"CPUs ({strategy}) within start_timeout={start_timeout} s (the cluster has "
-                f"{cpus:g} CPUs); lower num_workers or num_cpus_per_worker, or add nodes",
-                step=0,
-                env_description=description,
-            )
+        wait_placed(ray, pg, strategy, deadline, start_timeout, "worker", description)
         host = ray.remote(max_restarts=0, max_task_retries=0)(GroupHost)
         for index, rows in enumerate(groups):
             strategy_of = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
@@ -615,7 +606,26 @@ def start_ray_workers(
     return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
 
 
-def _init(ray, address: str | None) -> None:
+def wait_placed(
+    ray, group, strategy: str, deadline: float, start_timeout: float, what: str, description: str
+) -> None:
+    """Wait until Ray has reserved every bundle of the placement ``group``; a
+    WorkerTimeoutError saying what to change when it cannot by ``deadline``."""
+    placed, _ = ray.wait([group.ready()], timeout=remaining(deadline))
+    if placed:
+        return
+    bundles = group.bundle_specs
+    cpus = ray.cluster_resources().get("CPU", 0)
+    raise WorkerTimeoutError(
+        f"Ray could not place {len(bundles)} {what} groups of {bundles[0].get('CPU', 0):g} "
+        f"CPUs ({strategy}) within start_timeout={start_timeout} s (the cluster has {cpus:g} "
+        "CPUs); lower num_workers or the CPUs per group, or add nodes",
+        step=0,
+        env_description=description,
+    )
+
+
+def connect(ray, address: str | None) -> None:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local one; a
     ``HOST:PORT`` where nothing answers is a one-line ConnectionError within 5 s (Ray
     itself retries for a minute)."""

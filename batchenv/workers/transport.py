@@ -1,10 +1,12 @@
 """The one seam between a BatchEnv and its envs: the :class:`Transport` protocol, and
 :class:`Results`, the one shape every transport returns.
 
-Two transports implement it: :class:`~batchenv.workers.list_transport.ListTransport` (one
-env object per row: in-process Gymnasium envs or ExternalProcess workers, the TF Agents
-way) and :class:`~batchenv.workers.shared_memory_transport.SharedMemoryTransport` (worker
-processes hosting several envs each, exchanging data through shared memory).
+Three transports implement it: :class:`~batchenv.workers.list_transport.ListTransport`
+(one env object per row: in-process Gymnasium envs or ExternalProcess workers, the TF
+Agents way), :class:`~batchenv.workers.shared_memory_transport.SharedMemoryTransport`
+(worker processes hosting several envs each, exchanging data through shared memory) and
+:class:`~batchenv.workers.ray_transport.RayTransport` (worker groups as Ray actors, each a
+shared-memory group on its node).
 """
 
 from __future__ import annotations

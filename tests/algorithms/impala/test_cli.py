@@ -57,7 +57,8 @@ def test_every_field_is_documented() -> None:
         ({"discount": 1.5}, r"discount must lie in \[0, 1\], got 1.5"),
         ({"num_buffers": 3}, "num_buffers=3 is too few: each of the 4 actors fills 1 slots"),
         ({"actor_timeout": 0}, "ImpalaConfig.actor_timeout must be > 0, got 0"),
-        ({"mode": "polybeast"}, "ImpalaConfig.mode must be one of ('sync', 'async')"),
+        ({"mode": "polybeast"}, "ImpalaConfig.mode must be one of ('sync', 'async', 'distributed')"),
+        ({"placement": "ANYWHERE"}, "ImpalaConfig.placement must be one of ('PACK', 'SPREAD'"),
         ({"max_learner_queue_size": 0}, "max_learner_queue_size must be a positive integer"),
         ({"num_inference_threads": 0}, "num_inference_threads must be a positive integer"),
     ],
@@ -70,6 +71,7 @@ def test_every_field_is_documented() -> None:
         "buffers",
         "timeout",
         "mode",
+        "placement",
         "queue",
         "inference",
     ],  # fmt: skip
