@@ -14,12 +14,13 @@ seeds and actions it returns exactly what ``gymnasium.vector.SyncVectorEnv`` ret
 
 from __future__ import annotations
 
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
+from gymnasium import logger, spaces
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
@@ -29,6 +30,7 @@ from batchenv.errors import (
     AlreadyPendingCallError,
     EnvWorkerError,
     NoPendingCallError,
+    RemoteTraceback,
     SpacesMismatchError,
     with_env_type,
 )
@@ -62,10 +64,11 @@ class BatchVectorEnv(VectorEnv):
         pin_workers: pin worker i to a core of its own, as in ``batchenv.make``.
 
     Differences from Gymnasium's classes: Graph, Sequence and custom spaces cannot be
-    batched (``UnsupportedSpaceError``, as ``AsyncVectorEnv(shared_memory=True)``); a
-    failing env raises its own exception type (or ``EnvWorkerError``) after closing the
-    whole batch, with no per-worker log messages; ``envs`` holds handles to envs in
-    workers, whose attribute reads are copies.
+    batched (``UnsupportedSpaceError``, as ``AsyncVectorEnv(shared_memory=True)``);
+    actions are checked against the action space (``check_actions``); a failing env
+    raises its own exception type (or ``EnvWorkerError``) after closing the whole batch
+    and logging AsyncVectorEnv's lines for every env that failed in the call; ``envs``
+    holds handles to envs in workers, whose attribute reads are copies.
 
     Constructors of PettingZoo ``ParallelEnv`` s give one row per agent, env by env, with
     ``infos["agent_mask"]`` (see :mod:`batchenv.multi_agent`).
@@ -374,10 +377,36 @@ class BatchVectorEnv(VectorEnv):
 def _raise_with_env_type(error: EnvWorkerError) -> None:
     """Raise an env's exception as an EnvWorkerError that is also of the env's own
     exception type (``except ValueError`` catches it, as with Gymnasium's classes); return
-    when there is no such type to add (the caller re-raises ``error``)."""
+    when there is no such type to add (the caller re-raises ``error``). First log every
+    failing env as AsyncVectorEnv logs its failing workers."""
+    _log_failures(error)
     typed = with_env_type(error)
     if typed is not error:
         raise typed from error.__cause__
+
+
+def _log_failures(error: EnvWorkerError) -> None:
+    """AsyncVectorEnv's error lines (through ``gymnasium.logger``): for each env that
+    failed in the call, which one and its traceback, then the last line."""
+    for failure in getattr(error, "errors", None) or [error]:
+        index = failure.env_index if failure.env_index is not None else failure.worker
+        logger.error("%s", f"Received the following error from Worker-{index} - Shutting it down")
+        logger.error("%s", _remote_traceback(failure) or str(failure))
+    logger.error("%s", "Raising the last exception back to the main process.")
+
+
+def _remote_traceback(error: BaseException) -> str | None:
+    """The traceback text of the worker's exception chained under ``error``, if any."""
+    seen = set()
+    cause = error.__cause__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, RemoteTraceback):
+            return cause.text
+        cause = cause.__cause__
+    if error.__cause__ is not None:  # an env the parent steps (parent_share): its own
+        return "".join(traceback.format_exception(error.__cause__))
+    return None
 
 
 def _check_observation_mode(mode) -> None:

@@ -298,3 +298,48 @@ def test_actions_of_autoreset_rows_are_not_checked(share):
             envs.step(np.array([0, 7]))
     finally:
         envs.close()
+
+
+class ErrorEnv(gym.Env):
+    """Raises in reset with seed 1 and in step with an action >= 1 (Gymnasium's test)."""
+
+    observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed == 1:
+            raise ValueError("Error in reset")
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        if action >= 1:
+            raise ValueError(f"Error in step with {action}")
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("share", SHARES, ids=SHARE_IDS)
+def test_failing_envs_are_logged_as_async_vector_env_logs_its_workers(share):
+    """Every env that failed in the call gets AsyncVectorEnv's two error lines (through
+    gymnasium.logger), then its last line; the error is raised with the env's type."""
+    import warnings
+
+    envs = BatchVectorEnv([ErrorEnv] * 3, parent_share=share)
+    try:
+        envs.reset(seed=[0, 0, 0])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(ValueError, match="Error in step"):
+                envs.step(np.array([0, 1, 2]))
+    finally:
+        envs.close()
+    lines = [str(w.message.args[0]) for w in caught]
+    assert len(lines) == 5, lines
+    for k, env in ((0, 1), (2, 2)):
+        assert lines[k] == (
+            f"\x1b[31mERROR: Received the following error from Worker-{env} - Shutting it "
+            "down\x1b[0m"
+        )
+        assert lines[k + 1].startswith("\x1b[31mERROR: Traceback (most recent call last):")
+        assert f"ValueError: Error in step with {env}\n" in lines[k + 1]
+    assert lines[4] == "\x1b[31mERROR: Raising the last exception back to the main process.\x1b[0m"

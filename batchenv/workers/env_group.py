@@ -110,6 +110,7 @@ class EnvGroup:
         shape = block[0] if block is not None else None
         observs, rewards, terms, truncs = [], [], [], []
         infos = None
+        failures: list[EnvFailure] = []
         for k, env in enumerate(envs):
             row = labels[k]
             if todos is not None:
@@ -125,7 +126,12 @@ class EnvGroup:
                         observ, info = end_episode(env, todo, observ, info, write_ahead, row)
                 if shape is None or getattr(observ, "shape", None) != shape:
                     write_observ(row, observ)  # its checks name what was expected
-            except BaseException as error:
+            except Exception as error:  # the others still step: every failure is reported
+                failure = EnvFailure(row, error)
+                failure.__cause__ = error
+                failures.append(failure)
+                continue
+            except BaseException as error:  # KeyboardInterrupt, SystemExit: at once
                 raise EnvFailure(row, error) from error
             observs.append(observ)
             rewards.append(rew)
@@ -135,6 +141,9 @@ class EnvGroup:
                 if infos is None:
                     infos = {}
                 infos[row] = info
+        if failures:
+            failures[0].others = failures[1:]
+            raise failures[0]
         if block is not None:
             try:
                 block[1][...] = observs

@@ -166,6 +166,9 @@ class SharedMemoryTransport:
                 later = [w for w in waiting[index + 1 :] if not w.reply_ready()]
                 slow += [int(r) for w in later for r in w.rows]
                 raise slow_rows_error(error, slow) from error
+            except EnvWorkerError as error:
+                error.errors = [error, *_other_failures(waiting[index + 1 :], deadline, step)]
+                raise
             if reply:
                 infos.update(reply)
         kind = self._kind
@@ -183,15 +186,24 @@ class SharedMemoryTransport:
         try:
             return call()
         except EnvFailure as failure:
-            error = failure.error
-            raise EnvWorkerError(
-                f"env {failure.row} ({self.local_description}, stepped in the parent process: "
-                f"parent_share) raised {type(error).__name__} at step {step}: {error}",
-                env_index=failure.row,
-                step=step,
-                env_description=self.local_description,
-                remote_type=type(error).__name__,
-            ) from error
+            errors = [
+                self._local_error(f, step) for f in [failure, *getattr(failure, "others", [])]
+            ]
+            errors[0].errors = errors
+            raise errors[0] from failure.error
+
+    def _local_error(self, failure: EnvFailure, step: int) -> EnvWorkerError:
+        error = failure.error
+        named = EnvWorkerError(
+            f"env {failure.row} ({self.local_description}, stepped in the parent process: "
+            f"parent_share) raised {type(error).__name__} at step {step}: {error}",
+            env_index=failure.row,
+            step=step,
+            env_description=self.local_description,
+            remote_type=type(error).__name__,
+        )
+        named.__cause__ = error
+        return named
 
     def _step_results(self, infos: dict, rows=None) -> Results:
         if rows is None:
@@ -356,3 +368,26 @@ class SharedMemoryTransport:
 
     def processes(self) -> list[ExternalProcess]:
         return list(self.workers)
+
+
+#: How long a failing step waits for the other workers' replies, to report their failures
+#: too (``EnvWorkerError.errors``, as AsyncVectorEnv logs every failing worker).
+FAILURE_GRACE_SECONDS = 1.0
+
+
+def _other_failures(workers: list, deadline: float | None, step: int) -> list[EnvWorkerError]:
+    """The env failures among the replies of ``workers`` to the same call, each waited
+    for at most :data:`FAILURE_GRACE_SECONDS` (the batch is broken already)."""
+    failures = []
+    for worker in workers:
+        left = remaining(deadline)
+        grace = FAILURE_GRACE_SECONDS if left is None else min(left, FAILURE_GRACE_SECONDS)
+        try:
+            worker.wait(grace, step=step)
+        except WorkerTimeoutError:
+            continue
+        except EnvWorkerError as error:
+            failures.append(error)
+        except Exception:  # not a reply we can read: nothing more to report
+            continue
+    return failures
