@@ -33,13 +33,18 @@ from batchenv.errors import (
     ClosedError,
     EnvWorkerError,
     NoPendingCallError,
-    RemoteTraceback,
     SpacesMismatchError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
 from batchenv.workers.launch import WorkerProcess, start_worker
-from batchenv.workers.protocol import Readable, read_message, spin_wait, write_message
+from batchenv.workers.protocol import (
+    Readable,
+    read_message,
+    remote_cause,
+    spin_wait,
+    write_message,
+)
 from batchenv.workers.transport import check_same_spaces
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -317,16 +322,7 @@ class ExternalProcess:
         if env_index in self._worker_rows:  # the batch may have renamed our rows since
             env_index = self.rows[self._worker_rows.index(env_index)]
         step = self._step_of(step, env_index)
-        remote = None
-        if payload:
-            try:
-                remote = pickle.loads(payload)
-            except Exception:
-                remote = None
-        if remote is None:
-            remote = RemoteTraceback(text)
-        else:
-            remote.__cause__ = RemoteTraceback(text)
+        remote = remote_cause(payload, text)
         where = f"env {env_index}" if env_index is not None else f"envs {self.rows}"
         error = EnvWorkerError(
             f"worker {self.worker_index} ({self.description}, {where}) raised {type_name} "

@@ -34,6 +34,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from batchenv.errors import RemoteTraceback
+
 IDLE, STEP, RESET, SAME_STEP, STEP_AHEAD = 0, 1, 2, 3, 4
 GO = b"G"
 STEP_ALL, STEP_ALL_AHEAD = b"S", b"A"
@@ -130,6 +132,21 @@ class EnvFailure(Exception):
         super().__init__(row, error)
         self.row = row
         self.error = error
+
+
+def remote_cause(payload: bytes | None, text: str) -> BaseException:
+    """The remote exception of an error reply, re-created from ``payload`` where it can be
+    unpickled (its remote traceback chained under it), else the traceback text itself."""
+    remote = None
+    if payload:
+        try:
+            remote = pickle.loads(payload)
+        except Exception:
+            remote = None
+    if remote is None:
+        return RemoteTraceback(text)
+    remote.__cause__ = RemoteTraceback(text)
+    return remote
 
 
 def error_reply(env_index: int | None, error: BaseException) -> bytes:

@@ -52,6 +52,7 @@ from batchenv.workers.external_process import (
     describe_constructor,
     remaining,
 )
+from batchenv.workers.protocol import remote_cause
 from batchenv.workers.transport import Results, check_same_spaces
 
 RAY_HINT = 'worker groups on Ray need the ray extra: pip install -e ".[ray]"'
@@ -493,17 +494,7 @@ def chain_remote(error: EnvWorkerError, payload: bytes | None, text: str) -> Bas
     """``error`` caused by the remote exception (re-created from ``payload`` where it can
     be unpickled, else its traceback text), with the remote traceback chained under it;
     also an instance of the env's exception type where possible (``with_env_type``)."""
-    remote = None
-    if payload:
-        try:
-            remote = pickle.loads(payload)
-        except Exception:
-            remote = None
-    if remote is None:
-        remote = RemoteTraceback(text)
-    else:
-        remote.__cause__ = RemoteTraceback(text)
-    error.__cause__ = remote
+    error.__cause__ = remote_cause(payload, text)
     return with_env_type(error)
 
 
