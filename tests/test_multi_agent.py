@@ -135,8 +135,9 @@ def test_simulate_scores_each_agent_and_ends_the_episode_when_no_agent_is_left()
         np.testing.assert_array_equal(score.numpy(), want)
 
 
-def test_vector_env_has_one_row_per_agent_and_autoresets_whole_envs():
-    with closing(BatchVectorEnv([Relay] * 2, parent_share=None)) as envs:
+@pytest.mark.parametrize("share", [None, "auto", 1.0], ids=["workers", "auto", "parent"])
+def test_vector_env_has_one_row_per_agent_and_autoresets_whole_envs(share):
+    with closing(BatchVectorEnv([Relay] * 2, parent_share=share)) as envs:
         assert envs.num_envs == 6
         assert envs.single_observation_space.shape == (2,)
         observ, infos = envs.reset(seed=5)
