@@ -167,6 +167,7 @@ class JointEnv(gymnasium.Env):
     def __init__(self, env: Any):
         self.env = env
         self.agents_order, observation, action = agent_spaces(env)
+        self._position = {agent: k for k, agent in enumerate(self.agents_order)}
         count = len(self.agents_order)
         self.observation_space = AgentSpaces(self.agents_order, observation, action)
         self.action_space = batch_space(action, count)
@@ -207,8 +208,7 @@ class JointEnv(gymnasium.Env):
     def step(self, action: Any):
         before = list(self.env.agents)
         split = action if self._simple_actions else list(iterate(self.action_space, action))
-        position = {agent: k for k, agent in enumerate(self.agents_order)}
-        actions = {agent: split[position[agent]] for agent in before}
+        actions = {agent: split[self._position[agent]] for agent in before}
         observs, rewards, terms, truncs, infos = self.env.step(actions)
         left = {a for a in before if terms.get(a) or truncs.get(a)}
         live = set(self.env.agents) - left

@@ -53,7 +53,7 @@ from batchenv.workers.external_process import (
     remaining,
 )
 from batchenv.workers.protocol import remote_cause
-from batchenv.workers.transport import Results, check_same_spaces
+from batchenv.workers.transport import Results, RowCalls, check_same_spaces
 
 RAY_HINT = 'worker groups on Ray need the ray extra: pip install -e ".[ray]"'
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -170,7 +170,7 @@ def _failure(error: BaseException) -> tuple:
 # ---------------------------------------------------------------------- the driver
 
 
-class RayTransport:
+class RayTransport(RowCalls):
     """A BatchEnv's rows over Ray actors, one worker group (contiguous rows) each.
 
     Args:
@@ -422,18 +422,8 @@ class RayTransport:
     def env_objects(self) -> None:
         return None  # rows are reached through their actors (BatchEnv's row handles)
 
-    def call(self, row: int, name: str, args: tuple, kwargs: dict):
-        return self._on_row(row, "call", name, args, kwargs)
-
-    def get_attr(self, row: int, name: str):
-        return self._on_row(row, "get_attr", name)
-
-    def set_attr(self, row: int, name: str, value: Any) -> None:
-        self._on_row(row, "set_attr", name, value)
-
     def _on_row(self, row: int, method: str, *args):
-        if not 0 <= row < self.num_envs:
-            raise IndexError(f"env index {row} out of range for {self.num_envs} envs")
+        self._check_row(row)
         group = int(self.owner[row])
         first, _ = self.bounds[group]
         ref = self.actors[group].on_row.remote(method, row - first, *args)

@@ -24,10 +24,10 @@ from batchenv.workers.autoreset import IDLE, RESET, ResetAhead
 from batchenv.workers.env_group import EnvGroup
 from batchenv.workers.external_process import ExternalProcess, remaining
 from batchenv.workers.protocol import GO, STEP_ALL, STEP_ALL_AHEAD, EnvFailure, rows_message
-from batchenv.workers.transport import Results, check_same_spaces, slow_rows_error
+from batchenv.workers.transport import Results, RowCalls, check_same_spaces, slow_rows_error
 
 
-class SharedMemoryTransport:
+class SharedMemoryTransport(RowCalls):
     """Worker processes (and optionally the parent) stepping envs in one shared block.
 
     Args:
@@ -323,18 +323,8 @@ class SharedMemoryTransport:
     def env_objects(self) -> None:
         return None  # rows are reached through their workers (BatchEnv's row handles)
 
-    def call(self, row: int, name: str, args: tuple, kwargs: dict):
-        return self._on_row(row, "call", name, args, kwargs)
-
-    def get_attr(self, row: int, name: str):
-        return self._on_row(row, "get_attr", name)
-
-    def set_attr(self, row: int, name: str, value: Any) -> None:
-        self._on_row(row, "set_attr", name, value)
-
     def _on_row(self, row: int, method: str, *args):
-        if not 0 <= row < self.num_envs:
-            raise IndexError(f"env index {row} out of range for {self.num_envs} envs")
+        self._check_row(row)
         index = int(self.owner[row])
         if index < 0:
             slot = self.local.position[row]

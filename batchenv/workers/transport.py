@@ -83,6 +83,29 @@ class Transport(Protocol):
         """Kill the workers at once."""
 
 
+class RowCalls:
+    """``call``, ``get_attr`` and ``set_attr`` of a transport whose rows are reached
+    through ``_on_row(row, method, *args)`` (the env's worker, or the parent's share)."""
+
+    num_envs: int
+
+    def call(self, row: int, name: str, args: tuple, kwargs: dict) -> Any:
+        return self._on_row(row, "call", name, args, kwargs)
+
+    def get_attr(self, row: int, name: str) -> Any:
+        return self._on_row(row, "get_attr", name)
+
+    def set_attr(self, row: int, name: str, value: Any) -> None:
+        self._on_row(row, "set_attr", name, value)
+
+    def _on_row(self, row: int, method: str, *args) -> Any:
+        raise NotImplementedError
+
+    def _check_row(self, row: int) -> None:
+        if not 0 <= row < self.num_envs:
+            raise IndexError(f"env index {row} out of range for {self.num_envs} envs")
+
+
 def check_same_spaces(
     spaces: Sequence[tuple], what: str = "env", names: Sequence | None = None, exact: bool = True
 ) -> None:
