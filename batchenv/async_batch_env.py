@@ -34,7 +34,14 @@ import numpy as np
 
 from batchenv import spaces as batch_spaces
 from batchenv.batch_env import per_env_seeds
-from batchenv.errors import AlreadyPendingCallError, ClosedError, NoPendingCallError
+from batchenv.errors import (
+    AlreadyPendingCallError,
+    ClosedError,
+    EnvIdsError,
+    EnvIdsOutOfRangeError,
+    EnvIdsTypeError,
+    NoPendingCallError,
+)
 from batchenv.infos import batch_infos
 from batchenv.workers.autoreset import RESET, SAME_STEP, STEP, split_same_step
 from batchenv.workers.external_process import DEFAULT_CLOSE_TIMEOUT
@@ -118,7 +125,9 @@ class AsyncBatchEnv:
         """Send ``actions`` (one row per id) to envs ``env_ids`` and return at once.
 
         ``env_ids`` defaults to the ids the last ``recv()`` returned. The ids must be
-        unique, in range and not in flight (sent and not yet received).
+        unique, in range and not in flight (sent and not yet received): else an
+        :class:`~batchenv.errors.EnvIdsError` (a ValueError) or, for ids in flight, an
+        :class:`~batchenv.errors.AlreadyPendingCallError`.
         """
         self._check_usable("send")
         if self._never_reset:
@@ -179,20 +188,23 @@ class AsyncBatchEnv:
     def _ids(self, env_ids) -> np.ndarray:
         if env_ids is None:
             if self._last_ids is None:
-                raise ValueError("send() without env_ids needs a recv() first to take them from")
+                raise EnvIdsError(
+                    "send() without env_ids needs a recv() first to take them from: pass "
+                    "env_ids, or recv() after async_reset()"
+                )
             return self._last_ids
         rows = np.asarray(env_ids).reshape(-1)
-        if rows.dtype.kind not in "iu":
-            raise TypeError(f"env_ids must be integers, got an array of {rows.dtype}")
-        rows = rows.astype(np.int64)
         if not len(rows):
-            raise ValueError("send() needs at least one env id")
+            raise EnvIdsError("send() needs at least one env id, got none")
+        if rows.dtype.kind not in "iu":
+            raise EnvIdsTypeError(f"env_ids must be integers, got an array of {rows.dtype}")
+        rows = rows.astype(np.int64)
         if rows.min() < 0 or rows.max() >= self.num_envs:
-            raise IndexError(
+            raise EnvIdsOutOfRangeError(
                 f"env_ids {_short(rows.tolist())} out of range for {self.num_envs} envs"
             )
         if len(np.unique(rows)) != len(rows):
-            raise ValueError(f"env_ids must be unique, got {_short(rows.tolist())}")
+            raise EnvIdsError(f"env_ids must be unique, got {_short(rows.tolist())}")
         busy = rows[self._in_flight[rows]]
         if len(busy):
             raise AlreadyPendingCallError(

@@ -27,6 +27,8 @@ from batchenv import spaces as batch_spaces
 from batchenv.errors import (
     AlreadyPendingCallError,
     ClosedError,
+    EnvIdsError,
+    EnvIdsOutOfRangeError,
     EnvWorkerError,
     NoPendingCallError,
     NotResetError,
@@ -199,9 +201,11 @@ class BatchEnv:
         rows = np.asarray(indices, dtype=np.int64).reshape(-1)
         listed = rows.tolist()  # a few Python ints: cheaper to check than NumPy reductions
         if listed and (min(listed) < 0 or max(listed) >= self.num_envs):
-            raise IndexError(f"reset indices {listed} out of range for {self.num_envs} envs")
+            raise EnvIdsOutOfRangeError(
+                f"reset indices {listed} out of range for {self.num_envs} envs"
+            )
         if len(listed) > 1 and len(set(listed)) != len(listed):
-            raise ValueError(f"reset indices must be unique, got {listed}")
+            raise EnvIdsError(f"reset indices must be unique, got {listed}")
         return rows
 
     def exchange(

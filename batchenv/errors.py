@@ -102,6 +102,20 @@ class NotResetError(BatchEnvError):
     """step() was called on an env that has not been reset since it was created."""
 
 
+class EnvIdsError(BatchEnvError, ValueError):
+    """The env ids given to ``AsyncBatchEnv.send`` or the indices given to
+    ``BatchEnv.reset`` cannot be used: repeated, none, or (``send``) left out before any
+    ``recv()`` returned ids to reuse. A ValueError, as these misuses always raised."""
+
+
+class EnvIdsOutOfRangeError(EnvIdsError, IndexError):
+    """An env id or index outside ``[0, num_envs)``: also an IndexError, as before."""
+
+
+class EnvIdsTypeError(EnvIdsError, TypeError):
+    """Env ids that are not integers: also a TypeError, as before."""
+
+
 class SpacesMismatchError(BatchEnvError, RuntimeError, ValueError):
     """The envs of a batch have different spaces where equal ones are needed: a
     RuntimeError, as Gymnasium's vector envs raise, and a ValueError, as batchenv did."""
@@ -120,13 +134,14 @@ _WITH_ENV_TYPE: dict[type, type] = {}
 def with_env_type(error: BaseException) -> BaseException:
     """An :class:`EnvWorkerError` that is also an instance of the env's own exception type
     (its ``__cause__``), so ``except ValueError`` catches an env's ValueError as with
-    Gymnasium's vector envs; ``error`` itself when there is no such type to add, or when
+    Gymnasium's vector envs; ``error`` itself when there is no such type to add (the
+    remote exception could not be re-created: only its traceback text came back), or when
     the type cannot be combined (an OSError, say)."""
     cause = error.__cause__
     if (
         type(error) is not EnvWorkerError
         or not isinstance(cause, Exception)
-        or isinstance(cause, BatchEnvError)
+        or isinstance(cause, (BatchEnvError, RemoteTraceback))
     ):
         return error
     kind = type(cause)

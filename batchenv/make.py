@@ -8,28 +8,16 @@
 from __future__ import annotations
 
 import functools
-import os
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from batchenv.async_batch_env import AsyncBatchEnv
 from batchenv.batch_env import BatchEnv
-from batchenv.errors import EnvWorkerError
 from batchenv.multi_agent import AgentBatchEnv, AgentSpaces
-from batchenv.workers.env_group import EnvGroup
-from batchenv.workers.external_process import (
-    DEFAULT_CLOSE_TIMEOUT,
-    DEFAULT_START_TIMEOUT,
-    ExternalProcess,
-    describe_constructor,
-)
-from batchenv.workers.parent_share import plan as parent_share_plan
+from batchenv.workers.external_process import DEFAULT_CLOSE_TIMEOUT, DEFAULT_START_TIMEOUT
+from batchenv.workers.groups import default_num_workers, start_transport
 from batchenv.workers.parent_share import torch_threads
-from batchenv.workers.protocol import EnvFailure
-from batchenv.workers.shared_memory_transport import SharedMemoryTransport
-from batchenv.workers.transport import check_same_spaces
 
 #: Default bounded spin of batchenv.make workers and parent (see ``spin_us``), microseconds.
 #: Off: a loop that only steps gains 5-15% from ``spin_us=300`` on 2 cores, but a loop
@@ -139,32 +127,31 @@ def make(
         )
     if batch_size is not None and num_workers is None:
         num_workers = async_num_workers(int(num_envs))
-    batch = start_workers(
+    transport = start_transport(
         [constructor] * int(num_envs),
         num_workers=num_workers,
         start_method=start_method,
         timeout=timeout,
         start_timeout=start_timeout,
-        check_actions=check_actions,
         copy=copy,
         pin_workers=pin_workers,
         reset_ahead=reset_ahead and batch_size is None,
         spin_us=spin_us,
         parent_share=parent_share,
-        _transport_only=batch_size is not None,
     )
-    if isinstance(batch.observation_space, AgentSpaces):
-        if batch_size is not None:
-            batch.close(DEFAULT_CLOSE_TIMEOUT)
-            raise ValueError(
-                "batch_size (send/recv) is not supported for PettingZoo envs: drop batch_size "
-                "for a lockstep AgentBatchEnv, or use BatchVectorEnv"
-            )
-        return AgentBatchEnv(batch)
     if batch_size is None:
+        batch = BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
+        if isinstance(batch.observation_space, AgentSpaces):
+            return AgentBatchEnv(batch)
         return batch
+    if isinstance(transport.observation_space, AgentSpaces):
+        transport.close(DEFAULT_CLOSE_TIMEOUT)
+        raise ValueError(
+            "batch_size (send/recv) is not supported for PettingZoo envs: drop batch_size "
+            "for a lockstep AgentBatchEnv, or use BatchVectorEnv"
+        )
     return AsyncBatchEnv(
-        batch,
+        transport,
         batch_size,
         timeout=timeout,
         check_actions=check_actions,
@@ -185,8 +172,6 @@ def _start_on_ray(constructor, num_envs, num_workers, *, placement, address, ref
             f"{' and '.join(given)} apply to the local backend only; with backend='ray' the "
             "batch steps in lockstep: drop them"
         )
-    from batchenv.workers.ray_transport import start_ray_workers
-
     batch = start_ray_workers(
         [constructor] * num_envs,
         num_workers=num_workers,
@@ -213,80 +198,73 @@ def start_workers(
     spin_us: float = 0.0,
     parent_share: float | str | None = None,
     exact_spaces: bool = True,
-    _transport_only: bool = False,
-):
+) -> BatchEnv:
     """A shared-memory BatchEnv with one env per constructor, grouped over workers (and
     the parent's share, see ``batchenv.workers.parent_share``). ``exact_spaces=False``
     accepts envs whose spaces differ but share one layout (``BatchVectorEnv`` checks them
-    as Gymnasium does)."""
-    num_envs = len(constructors)
-    if num_workers is not None and (
-        not isinstance(num_workers, (int, np.integer)) or num_workers < 1
-    ):
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-    split = parent_share_plan(  # None: one worker per core, at most one per env
-        parent_share, constructors[0], num_envs, num_workers, default_num_workers()
+    as Gymnasium does). See :func:`batchenv.workers.groups.start_transport`."""
+    transport = start_transport(
+        constructors,
+        num_workers=num_workers,
+        start_method=start_method,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        copy=copy,
+        pin_workers=pin_workers,
+        reset_ahead=reset_ahead,
+        spin_us=spin_us,
+        parent_share=parent_share,
+        exact_spaces=exact_spaces,
     )
-    local_rows = list(range(split.local))
-    groups = (
-        np.array_split(np.arange(split.local, num_envs), split.num_workers)
-        if split.num_workers
-        else []
+    return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
+
+
+def start_ray_workers(
+    constructors: Sequence[Callable],
+    *,
+    num_workers: int,
+    timeout: float | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    check_actions: bool = True,
+    strategy: str = "PACK",
+    num_cpus_per_worker: float = 1,
+    address: str | None = None,
+) -> BatchEnv:
+    """A BatchEnv with one env per constructor over ``num_workers`` Ray actors (groups);
+    see :mod:`batchenv.workers.ray_transport` for what runs where.
+
+        >>> from batchenv.make import start_ray_workers
+        >>> env = start_ray_workers([lambda: gymnasium.make("CartPole-v1")] * 8, num_workers=2)
+        >>> observ, infos = env.reset(seed=0)      # the same API as batchenv.make's
+
+    Args:
+        constructors: one zero-argument env constructor per batch row (picklable; the
+            code of the user's own modules travels with it, see
+            :func:`batchenv.workers.ray_cluster.ship`).
+        num_workers: worker groups, one Ray actor each, ``len(constructors) / num_workers``
+            contiguous rows each.
+        timeout: deadline in seconds for each step and reset (None: none; a dead actor is
+            still noticed at once).
+        start_timeout: deadline for placing the actors and building their envs.
+        check_actions: check that actions are finite and inside the action space.
+        strategy: placement of the groups over the nodes: "PACK" (default: as few nodes
+            as fit), "SPREAD" (one node each where possible) or Ray's STRICT_ variants.
+        num_cpus_per_worker: CPUs reserved per group; with 2 or more its envs run in that
+            many worker processes inside the actor, else in the actor's own process.
+        address: the Ray cluster to join when Ray is not initialized yet (None: start a
+            local instance, or join ``RAY_ADDRESS``).
+    """
+    from batchenv.workers.ray_transport import start_ray_transport  # only when asked for
+
+    transport = start_ray_transport(
+        constructors,
+        num_workers=num_workers,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        strategy=strategy,
+        num_cpus_per_worker=num_cpus_per_worker,
+        address=address,
     )
-    workers: list[ExternalProcess] = []
-    local = None
-    try:
-        deadline = time.monotonic() + start_timeout
-        for index, rows in enumerate(groups):
-            workers.append(
-                ExternalProcess(
-                    [constructors[r] for r in rows],
-                    start_method=start_method,
-                    start_timeout=start_timeout,
-                    timeout=timeout,
-                    worker_index=index,
-                    rows=rows.tolist(),
-                    wait=False,
-                    spin_us=spin_us,
-                    exact_spaces=exact_spaces,
-                )
-            )
-        if local_rows:  # the parent builds its share while the workers build theirs
-            local = EnvGroup(local_rows)
-            try:
-                local_spaces = local.build([constructors[r] for r in local_rows])
-            except EnvFailure as failure:
-                error = failure.error
-                raise EnvWorkerError(
-                    f"env {failure.row} ({describe_constructor(constructors[0])}, built in the "
-                    f"parent process: parent_share) raised {type(error).__name__} while being "
-                    f"built: {error}",
-                    env_index=failure.row,
-                    env_description=describe_constructor(constructors[0]),
-                    remote_type=type(error).__name__,
-                ) from error
-            names = [f"env {row}" for row in local_rows]
-            check_same_spaces(local_spaces, names=names, exact=exact_spaces)
-        for worker in workers:
-            worker.wait_started(max(0.0, deadline - time.monotonic()))
-        if pin_workers or (pin_workers is None and len(workers) <= default_num_workers()):
-            _pin(workers, first=1 if local is not None else 0)
-        transport = SharedMemoryTransport(
-            workers,
-            copy=copy,
-            reset_ahead=reset_ahead,
-            local=local,
-            local_description=describe_constructor(constructors[0]),
-            exact_spaces=exact_spaces,
-        )
-    except BaseException:
-        for worker in workers:
-            worker.terminate()
-        if local is not None:
-            local.close_envs()
-        raise
-    if _transport_only:
-        return transport
     return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
 
 
@@ -299,23 +277,3 @@ def async_num_workers(num_envs: int) -> int:
 
     threads = torch_threads() if "torch" in sys.modules else 0
     return max(1, min(num_envs, default_num_workers() - threads))
-
-
-def default_num_workers() -> int:
-    """The number of CPU cores this process may use."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _pin(workers: list[ExternalProcess], first: int = 0) -> None:
-    """Give worker i its own core ``first + i`` (round robin over the cores this process
-    may use; ``first=1`` leaves the first core to a parent that steps envs too)."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    for index, worker in enumerate(workers):
-        try:
-            os.sched_setaffinity(worker.pid, {cores[(first + index) % len(cores)]})
-        except OSError:  # not permitted here: pinning is only a speed-up
-            return

@@ -16,9 +16,9 @@ memory together. The parent then sees ``num_envs x num_agents`` rows:
 
 The rules for a row, whichever face:
 
-- an agent that acts at a step has its observation, reward and termination/truncation
-  flags as PettingZoo returns them; at the step it leaves, its row carries the flag and
-  its last observation;
+- an agent that acts at a step has its observation, reward (float64) and
+  termination/truncation flags as PettingZoo returns them; at the step it leaves, its
+  row carries the flag and its last observation;
 - an agent that is not in ``env.agents`` (it left, or has not joined yet) is *masked*:
   ``infos["agent_mask"]`` is False for its row, its observation is zeros, its reward 0,
   its flags False, and its action is never passed to the env (it must still lie in the
@@ -89,7 +89,7 @@ class AgentSpaces(spaces.Dict):
         super().__init__(
             {
                 "observation": batch_space(observation_space, count),
-                "reward": spaces.Box(-np.inf, np.inf, (count,), np.float32),
+                "reward": spaces.Box(-np.inf, np.inf, (count,), np.float64),
                 "terminated": spaces.MultiBinary(count),
                 "truncated": spaces.MultiBinary(count),
                 "mask": spaces.MultiBinary(count),
@@ -194,7 +194,7 @@ class JointEnv(gymnasium.Env):
         get = dict.get
         return {
             "observation": stacked,
-            "reward": np.array([get(rewards or {}, a, 0.0) for a in order], np.float32),
+            "reward": np.array([get(rewards or {}, a, 0.0) for a in order], np.float64),
             "terminated": np.array([bool(get(terms or {}, a, False)) for a in order], np.int8),
             "truncated": np.array([bool(get(truncs or {}, a, False)) for a in order], np.int8),
             "mask": np.array([a in live for a in order], np.int8),

@@ -90,3 +90,46 @@ class TurnBased:
 
     def agent_iter(self):
         return iter(self.possible_agents)
+
+
+class Tenths:
+    """Two agents whose rewards float32 cannot hold: agent ``k`` gets ``(t + 10 * k + a)
+    / 10`` for action ``a`` at step ``t`` (0.1, 1.1, 0.3, ...); both truncate at step 3."""
+
+    metadata = {"name": "tenths_v0"}
+    possible_agents = ["a0", "a1"]
+
+    def __init__(self):
+        self.agents: list[str] = []
+        self.t = 0
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 10.0, (1,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return {a: np.zeros(1, np.float32) for a in self.agents}, {}
+
+    def step(self, actions):
+        self.t += 1
+        rewards = {a: reward(self.t, k, actions[a]) for k, a in enumerate(self.agents)}
+        over = self.t == 3
+        observs = {a: np.full(1, self.t, np.float32) for a in self.agents}
+        flags = {a: False for a in self.agents}
+        truncs = {a: over for a in self.agents}
+        self.agents = [] if over else self.agents
+        return observs, rewards, flags, truncs, {}
+
+    def render(self):
+        return None
+
+    def close(self):
+        pass
+
+
+def reward(t: int, k: int, action: int) -> float:
+    """Tenths' reward of agent ``k`` for ``action`` at step ``t``."""
+    return (t + 10 * k + int(action)) / 10

@@ -15,12 +15,14 @@ import pytest
 import batchenv
 from batchenv import (
     AlreadyPendingCallError,
+    BatchEnvError,
     ClosedError,
     EnvWorkerError,
     NoPendingCallError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from batchenv.errors import EnvIdsError
 from tests.faulty_envs import PlainEnv, StepExitsEnv, StepHangsEnv, StepRaisesEnv
 
 
@@ -164,15 +166,21 @@ def test_misuse_is_a_typed_error_that_says_what_to_do(cartpole):
     cartpole.async_reset(seed=0)
     with pytest.raises(AlreadyPendingCallError, match=r"async_reset\(\) called while envs"):
         cartpole.async_reset()
+    with pytest.raises(EnvIdsError, match=r"without env_ids needs a recv\(\) first") as info:
+        cartpole.send(np.zeros(2, np.int64))  # no recv() yet: no ids to reuse
+    assert isinstance(info.value, ValueError)
     ids = cartpole.recv()[4]["env_id"]
     with pytest.raises(AlreadyPendingCallError, match="still in flight"):
         cartpole.send(np.zeros(1, np.int64), [int(np.setdiff1d(np.arange(4), ids)[0])])
-    with pytest.raises(ValueError, match="must be unique"):
-        cartpole.send(np.zeros(2, np.int64), [int(ids[0])] * 2)
-    with pytest.raises(IndexError, match="out of range for 4 envs"):
-        cartpole.send(np.zeros(1, np.int64), [4])
-    with pytest.raises(TypeError, match="env_ids must be integers"):
-        cartpole.send(np.zeros(1, np.int64), [0.5])
+    for env_ids, error_type, match in [
+        ([int(ids[0])] * 2, ValueError, r"env_ids must be unique, got \[\d, \d\]"),
+        ([], ValueError, "send\\(\\) needs at least one env id, got none"),
+        ([4], IndexError, r"env_ids \[4\] out of range for 4 envs"),
+        ([0.5], TypeError, "env_ids must be integers, got an array of float64"),
+    ]:
+        with pytest.raises(EnvIdsError, match=match) as info:
+            cartpole.send(np.zeros(len(env_ids), np.int64), env_ids)
+        assert isinstance(info.value, BatchEnvError) and isinstance(info.value, error_type)
     with pytest.raises(ValueError, match="batch"):
         cartpole.send(np.zeros(3, np.int64), ids)  # 3 actions for 2 ids
     cartpole.send(np.zeros(2, np.int64))  # the ids of the last recv()

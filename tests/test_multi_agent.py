@@ -19,7 +19,7 @@ from batchenv import Algorithm, simulate
 from batchenv.errors import EnvWorkerError, NotResetError
 from batchenv.multi_agent import AgentBatchEnv, is_aec_env, is_parallel_env
 from batchenv.vector import BatchVectorEnv
-from tests.agent_envs import Mixed, Relay, TurnBased
+from tests.agent_envs import Mixed, Relay, Tenths, TurnBased, reward
 
 T, F = True, False
 
@@ -194,19 +194,55 @@ def test_vector_env_reset_mask_must_select_whole_envs():
         np.testing.assert_array_equal(observ[3:], [[0, 8], [0, 0], [0, 28]])  # env 1: seed + 1
 
 
-def test_agents_with_different_spaces_are_refused_naming_the_agent():
-    with pytest.raises(EnvWorkerError, match="agent 'a2' has observation space .* must share"):
-        batchenv.make(Mixed, 2, num_workers=1)
+@pytest.mark.parametrize("face", ["make", "vector"])
+def test_agents_with_different_spaces_are_refused_naming_the_agent(face):
+    """A ValueError (as Gymnasium raises for spaces it cannot batch) that is also the
+    EnvWorkerError naming the worker and the env."""
+    message = (
+        r"worker 0 \(tests.agent_envs.Mixed, env 0\) raised ValueError while being built: "
+        r"Mixed: agent 'a2' has observation space Box\(0.0, 100.0, \(3,\), float32\), but "
+        r"agent 'a0' has Box\(0.0, 100.0, \(2,\), float32\); .* must share one observation"
+    )
+    with pytest.raises(ValueError, match=message) as info:
+        if face == "make":
+            batchenv.make(Mixed, 2, num_workers=1)
+        else:
+            BatchVectorEnv([Mixed] * 2, num_workers=1, parent_share=None)
+    assert isinstance(info.value, EnvWorkerError) and info.value.env_index == 0
 
 
 def test_turn_based_envs_are_refused_with_the_conversion_to_use():
-    with pytest.raises(EnvWorkerError, match="AEC env .*aec_to_parallel"):
+    with pytest.raises(TypeError, match="AEC env .*aec_to_parallel") as info:
         batchenv.make(TurnBased, 1, num_workers=1)
+    assert isinstance(info.value, EnvWorkerError)
 
 
 def test_send_recv_is_refused_for_agent_envs():
     with pytest.raises(ValueError, match="batch_size .* not supported for PettingZoo"):
         batchenv.make(Relay, 2, num_workers=1, batch_size=1)
+
+
+@pytest.mark.parametrize("share", [None, 1.0], ids=["workers", "parent"])
+def test_rewards_are_float64_as_pettingzoo_returns_them(share):
+    """Tenths' rewards (0.1, 1.1, ...) are not float32 values: they come back exactly, as
+    a single-agent env's float64 rewards do, through make and BatchVectorEnv."""
+    want = [[[reward(t, k, (t + k) % 2) for k in range(2)]] * 2 for t in range(1, 4)]
+    assert float(np.float32(want[0][0][0])) != want[0][0][0]  # 0.2 would lose digits
+    with batchenv.make(Tenths, 2, num_workers=1, parent_share=share) as env:
+        env.reset(seed=0)
+        for t in range(1, 4):
+            actions = np.array([[(t + k) % 2 for k in range(2)]] * 2)
+            _, got, *_ = env.step(actions)
+            assert got.dtype == np.float64 and got.tolist() == want[t - 1]
+    modes = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
+    for mode in modes:
+        with closing(BatchVectorEnv([Tenths] * 2, parent_share=share, autoreset_mode=mode)) as envs:
+            envs.reset(seed=0)
+            for t in range(1, 4):  # the last step ends the episodes: SAME_STEP's final rows
+                actions = np.array([(t + k) % 2 for k in range(2)] * 2)
+                _, got, _, truncated, _ = envs.step(actions)
+                assert got.dtype == np.float64 and got.tolist() == sum(want[t - 1], [])
+            assert truncated.all()
 
 
 def test_box_bounds_widen_to_hold_the_zero_observation_of_masked_agents():

@@ -34,7 +34,7 @@ from tests.faulty_envs import (
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from batchenv.workers.ray_transport import start_ray_workers  # noqa: E402
+from batchenv.make import start_ray_workers  # noqa: E402
 
 ray_cluster = ray_session.ray_cluster  # the session's one Ray instance
 
@@ -201,6 +201,18 @@ def test_a_raising_env_is_the_typed_error_with_the_remote_traceback(start):
     assert_nothing_left(batch)
 
 
+def test_an_exception_that_cannot_be_unpickled_keeps_its_name_and_message(start):
+    from batchenv.errors import RemoteTraceback
+
+    with pytest.raises(EnvWorkerError) as info:
+        start(functools.partial(ConstructorRaisesEnv, "bad level", unloadable=True))
+    error = info.value
+    assert type(error) is EnvWorkerError and error.remote_type == "UnloadableError"
+    assert str(error).endswith("raised UnloadableError while being built: bad level")
+    assert isinstance(error.__cause__, RemoteTraceback)
+    assert "UnloadableError: bad level" in str(error.__cause__)
+
+
 def test_row_calls_reach_the_env_in_its_actor(start):
     batch = start(PlainEnv, num_envs=3)
     try:
@@ -232,28 +244,169 @@ def test_failures_while_starting_leave_no_actor(start):
 
 
 def test_without_ray_the_hint_is_one_line(monkeypatch):
-    from batchenv.workers import ray_transport
-
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r'pip install -e "\.\[ray\]"'):
-        ray_transport.start_ray_workers([PlainEnv], num_workers=1)
+        start_ray_workers([PlainEnv], num_workers=1)
 
 
 def test_an_address_without_a_cluster_fails_fast_in_one_line():
-    from batchenv.workers import ray_transport
+    from batchenv.workers import ray_cluster
 
     started = time.monotonic()  # (the probe fails before any ray.init)
     with pytest.raises(ConnectionError, match=r"^no Ray cluster answers at '127.0.0.1:1' .*$"):
-        ray_transport.connect(None, "127.0.0.1:1")
+        ray_cluster.connect(None, "127.0.0.1:1")
     assert time.monotonic() - started < 6.0
 
 
+# A user's own modules, outside this package and installed nowhere: the driver imports
+# them from a folder only it has on sys.path ({helpers} is the second module's name).
+USER_ENVS = """
+import gymnasium
+import numpy as np
+
+from {helpers} import Cell, score
+
+
+class LevelError(Exception):
+    pass
+
+
+class Maze(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(0.0, 100.0, (1,), np.float64)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, level=1, wall_at=None):
+        if level > 3:
+            raise LevelError(f"level {{level}} does not exist")
+        self.wall_at = wall_at
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([seed or 0.0]), {{}}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.wall_at:
+            raise LevelError(f"a wall at step {{self.t}}")
+        info = {{"cell": Cell(self.t)}}
+        return np.array([self.t], float), score(self.t, action), False, False, info
+"""
+USER_HELPERS = """
+class Cell:
+    def __init__(self, t):
+        self.t = t
+
+
+def score(t, action):
+    return t / 10 + int(action) / 3
+"""
+
+
+@pytest.fixture
+def user_envs(tmp_path, monkeypatch):
+    """The module ``user_envs_<id>`` (and its helper module) written to a temporary folder
+    that only this process has on sys.path; gone from sys.modules afterwards."""
+    import importlib
+    import uuid
+
+    name = f"user_envs_{uuid.uuid4().hex[:8]}"
+    helpers = f"{name}_helpers"
+    (tmp_path / f"{name}.py").write_text(USER_ENVS.format(helpers=helpers))
+    (tmp_path / f"{helpers}.py").write_text(USER_HELPERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield importlib.import_module(name), importlib.import_module(helpers)
+    for module in (name, helpers):
+        sys.modules.pop(module, None)
+
+
+def test_shipped_constructors_build_where_the_users_modules_are_not(user_envs, tmp_path):
+    """``ship`` sends both of the user's modules by value (the second one only the first
+    names), keeps a registration the caller made and drops its own."""
+    from batchenv.workers.ray_cluster import ship
+
+    envs, helpers = user_envs
+    ray.cloudpickle.register_pickle_by_value(helpers)  # the caller's own
+    try:
+        payload = ship([functools.partial(envs.Maze, wall_at=5)])
+        registered = ray.cloudpickle.list_registry_pickle_by_value()
+        assert helpers.__name__ in registered and envs.__name__ not in registered
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(helpers)
+    (tmp_path / "payload.pkl").write_bytes(payload)
+    code = (
+        "import pickle, sys\n"
+        f"assert not any(p.startswith({str(tmp_path)!r}) for p in sys.path)\n"
+        f"[make] = pickle.loads(open({str(tmp_path / 'payload.pkl')!r}, 'rb').read())\n"
+        "env = make()\n"
+        "env.reset(seed=0)\n"
+        "print(env.step(1)[1], type(env).__module__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(helpers.score(1, 1)), envs.__name__]
+
+
+@pytest.mark.parametrize("groups, cpus", [(2, 1), (1, 2)])  # envs in the actors / processes
+def test_an_env_from_the_users_own_module_steps_on_ray(start, user_envs, groups, cpus):
+    envs, helpers = user_envs
+    registered = ray.cloudpickle.list_registry_pickle_by_value()
+    batch = start(envs.Maze, num_envs=4, num_workers=groups, num_cpus_per_worker=cpus)
+    assert ray.cloudpickle.list_registry_pickle_by_value() == registered  # for that call only
+    observ, _ = batch.reset(seed=3)
+    assert observ.tolist() == [[3.0], [4.0], [5.0], [6.0]]
+    for t in (1, 2):
+        actions = np.array([(t + i) % 2 for i in range(4)])
+        observ, reward, _, _, infos = batch.step(actions)
+        assert reward.tolist() == [helpers.score(t, a) for a in actions]
+        assert observ.tolist() == [[float(t)]] * 4
+        assert all(type(info["cell"]) is helpers.Cell and info["cell"].t == t for info in infos)
+
+
+def test_a_user_modules_exception_keeps_its_type_on_ray(start, user_envs):
+    envs, _ = user_envs
+    with pytest.raises(envs.LevelError, match="level 5 does not exist") as info:
+        start(functools.partial(envs.Maze, level=5), num_envs=2, num_workers=1)
+    assert isinstance(info.value, EnvWorkerError)
+    assert "worker group 0 (" in str(info.value) and "while being built" in str(info.value)
+    batch = start(functools.partial(envs.Maze, wall_at=2), num_envs=2, num_workers=1)
+    batch.reset(seed=0)
+    batch.step(np.zeros(2, np.int64))
+    with pytest.raises(envs.LevelError, match="a wall at step 2") as info:
+        batch.step(np.zeros(2, np.int64))
+    assert info.value.step == 1 and info.value.env_index == 0
+    assert envs.__file__ in str(info.value.__cause__.__cause__)  # the actor's traceback
+
+
+def test_make_ships_the_users_module_to_the_ray_actors(ray_cluster, user_envs):
+    envs, helpers = user_envs
+    env = batchenv.make(envs.Maze, 2, backend="ray", num_workers=1, timeout=30.0)
+    try:
+        env.reset(seed=0)
+        _, reward, *_ = env.step(np.array([1, 0]))
+        assert reward.tolist() == [helpers.score(1, 1), helpers.score(1, 0)]
+    finally:
+        env.close()
+
+
 TWO_NODES = """
-import functools, time
+import functools, pathlib, shutil, sys, tempfile, time
 import gymnasium, numpy as np, ray
 from ray.cluster_utils import Cluster
 from batchenv.errors import WorkerDiedError
-from batchenv.workers.ray_transport import start_ray_workers
+from batchenv.make import start_ray_workers
+
+folder = tempfile.mkdtemp()  # a module of the user's that no node has on its path
+pathlib.Path(folder, "two_node_envs.py").write_text(
+    "import gymnasium\\n"
+    "class Pole(gymnasium.Wrapper):\\n"
+    "    def __init__(self):\\n"
+    "        super().__init__(gymnasium.make('CartPole-v1'))\\n"
+)
+sys.path.insert(0, folder)
+import two_node_envs
 
 fast = {"health_check_period_ms": 500, "health_check_failure_threshold": 2,
         "health_check_initial_delay_ms": 0}
@@ -262,6 +415,12 @@ other = cluster.add_node(num_cpus=2)
 try:
     ray.init(address=cluster.address, logging_level="WARNING")
     cluster.wait_for_nodes()
+    user = start_ray_workers([two_node_envs.Pole] * 2, num_workers=2, strategy="SPREAD",
+                             timeout=30.0)
+    assert len(set(user._transport.nodes)) == 2, user._transport.nodes
+    user.reset(seed=0)
+    assert user.step(np.zeros(2, np.int64))[1].tolist() == [1.0, 1.0]
+    user.close()
     batch = start_ray_workers([functools.partial(gymnasium.make, "CartPole-v1")] * 4,
                               num_workers=2, strategy="SPREAD", timeout=30.0)
     transport = batch._transport
@@ -289,10 +448,12 @@ try:
 finally:
     ray.shutdown()
     cluster.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
 """
 
 
 def test_spread_places_groups_on_two_nodes_and_a_lost_node_is_a_worker_died_error():
+    """Also: an env class from a module only the driver can import steps on both nodes."""
     env = {**os.environ, "PYTHONPATH": ROOT}
     env.pop("RAY_ADDRESS", None)
     done = subprocess.run(

@@ -13,8 +13,12 @@ them from a BatchEnv.
 - :mod:`~batchenv.workers.transport`: the ``Transport`` protocol and its ``Results``;
   :mod:`~batchenv.workers.list_transport` and
   :mod:`~batchenv.workers.shared_memory_transport` implement it.
+- :mod:`~batchenv.workers.groups`: starting a batch's worker groups over one shared block.
+- :mod:`~batchenv.workers.ray_cluster`, :mod:`~batchenv.workers.ray_transport` and
+  :mod:`~batchenv.workers.ray_rollouts`: worker groups and samplers as Ray actors.
 
-Importing this package never imports torch: workers import it.
+Importing this package never imports torch: workers import it. Its modules never import
+the layer above (``batchenv.make``, the batch envs): that layer drives this one.
 """
 
 from batchenv.workers.external_process import ExternalProcess

@@ -36,6 +36,7 @@ from batchenv.errors import (
     SpacesMismatchError,
     WorkerDiedError,
     WorkerTimeoutError,
+    with_env_type,
 )
 from batchenv.workers.launch import WorkerProcess, start_worker
 from batchenv.workers.protocol import (
@@ -162,6 +163,12 @@ class ExternalProcess:
         """Wait until the worker has built its envs (construction with ``wait=False``)."""
         try:
             spaces = self._receive(time.monotonic() + timeout, "start")
+        except EnvWorkerError as error:  # a constructor raised: also of its own type
+            self.terminate()
+            typed = with_env_type(error)
+            if typed is error:
+                raise
+            raise typed from typed.__cause__
         except BaseException:
             self.terminate()
             raise
@@ -324,9 +331,10 @@ class ExternalProcess:
         step = self._step_of(step, env_index)
         remote = remote_cause(payload, text)
         where = f"env {env_index}" if env_index is not None else f"envs {self.rows}"
+        when = "while being built" if what == "start" else f"in {what} at step {step}"
         error = EnvWorkerError(
             f"worker {self.worker_index} ({self.description}, {where}) raised {type_name} "
-            f"in {what} at step {step}: {message}",
+            f"{when}: {message}",
             worker=self.worker_index,
             env_index=env_index,
             step=step,

@@ -38,7 +38,7 @@ from typing import Any
 
 from batchenv.errors import EnvWorkerError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from batchenv.workers.external_process import remaining
-from batchenv.workers.ray_transport import (
+from batchenv.workers.ray_cluster import (
     STRATEGIES,
     connect,
     import_ray,

@@ -1,16 +1,19 @@
 """RayTransport: a batch's rows split into worker groups, each group a Ray actor.
 
-    >>> from batchenv.workers.ray_transport import start_ray_workers
+    >>> from batchenv.make import start_ray_workers        # a BatchEnv over this transport
     >>> env = start_ray_workers([lambda: gymnasium.make("CartPole-v1")] * 8, num_workers=2)
     >>> observ, infos = env.reset(seed=0)      # the same BatchEnv API as batchenv.make
 
-What runs where: ``start_ray_workers`` reserves a placement group of ``num_workers``
+What runs where: :func:`start_ray_transport` reserves a placement group of ``num_workers``
 bundles of ``num_cpus_per_worker`` CPUs (``strategy`` PACK or SPREAD over the cluster's
 nodes) and starts one Ray actor per bundle. Group ``g`` owns a contiguous slice of the
 batch's rows. Inside its actor the slice is an ordinary shared-memory group
-(``batchenv.make.start_workers``): with fewer than 2 CPUs per group its envs are stepped in
-the actor's own process (``parent_share=1``, no further process: the cheapest round trip);
-with ``C >= 2`` CPUs the actor drives ``C`` worker processes of its own over shared memory.
+(:func:`batchenv.workers.groups.start_transport`): with fewer than 2 CPUs per group its
+envs are stepped in the actor's own process (``parent_share=1``, no further process: the
+cheapest round trip); with ``C >= 2`` CPUs the actor drives ``C`` worker processes of its
+own over shared memory. The constructors reach the actors with the code of the user's own
+modules (:func:`batchenv.workers.ray_cluster.ship`), so an env class from a module that only
+the driver can import builds on any node.
 
 A step sends each group its slice of the actions (one actor call per group, the refs kept)
 and waits with ``ray.wait`` until the BatchEnv's deadline. A group's finished episodes are
@@ -22,14 +25,13 @@ actor or node is a :class:`~batchenv.errors.WorkerDiedError`, a group that misse
 deadline a :class:`~batchenv.errors.WorkerTimeoutError` (its actor is killed first), an env
 exception an :class:`~batchenv.errors.EnvWorkerError` that is also an instance of the env's
 exception type, the remote traceback chained. After ``close()`` or any error no actor of
-the batch is left and its placement group is removed. Ray is imported only here.
+the batch is left and its placement group is removed.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -38,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from batchenv import spaces as batch_spaces
-from batchenv.batch_env import BatchEnv
 from batchenv.errors import (
     EnvWorkerError,
     RemoteTraceback,
@@ -53,21 +54,16 @@ from batchenv.workers.external_process import (
     remaining,
 )
 from batchenv.workers.protocol import remote_cause
+from batchenv.workers.ray_cluster import (
+    STRATEGIES,
+    connect,
+    import_ray,
+    kill_actor,
+    remove_placement_group,
+    ship,
+    wait_placed,
+)
 from batchenv.workers.transport import Results, RowCalls, check_same_spaces
-
-RAY_HINT = 'worker groups on Ray need the ray extra: pip install -e ".[ray]"'
-STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-PROBE_SECONDS = 5.0
-
-
-def import_ray():
-    """The ``ray`` module, or an ImportError with the one-line install hint."""
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError(RAY_HINT) from error
-    return ray
-
 
 # ---------------------------------------------------------------------- inside the actor
 
@@ -79,8 +75,8 @@ class GroupHost:
     so the driver raises the local backend's typed errors rather than Ray's wrappers.
     """
 
-    def __init__(self, constructors: list, processes: int, timeout, start_timeout: float):
-        self.constructors = constructors
+    def __init__(self, constructors: bytes, processes: int, timeout, start_timeout: float):
+        self.constructors = constructors  # as ray_cluster.ship pickled them
         self.processes = processes
         self.timeout = timeout
         self.start_timeout = start_timeout
@@ -90,18 +86,17 @@ class GroupHost:
         """Build the envs; returns their spaces and where this actor runs."""
         import ray
 
-        from batchenv.make import start_workers
+        from batchenv.workers.groups import start_transport
 
         try:
-            self.transport = start_workers(
-                self.constructors,
+            self.transport = start_transport(
+                pickle.loads(self.constructors),
                 num_workers=self.processes or None,
                 parent_share=None if self.processes else 1.0,
                 timeout=self.timeout,
                 start_timeout=self.start_timeout,
                 pin_workers=False,
                 reset_ahead=True,
-                _transport_only=True,
             )
         except BaseException as error:
             return _failure(error)
@@ -123,7 +118,7 @@ class GroupHost:
                 done = np.flatnonzero(results.terminated | results.truncated)
                 if len(done):
                     ahead = (done, *transport.take_ready(done))
-            return pickle.dumps(("ok", results, ahead), protocol=5)
+            return _dumps(("ok", results, ahead))
         except BaseException as error:
             return pickle.dumps(_failure(error), protocol=5)
 
@@ -160,11 +155,23 @@ def _failure(error: BaseException) -> tuple:
     payload = None
     if kind == "error" and not isinstance(cause, RemoteTraceback):
         try:
-            payload = pickle.dumps(cause)
+            payload = _dumps(cause)
         except Exception:
             payload = None
     type_name = getattr(error, "remote_type", "") or type(cause).__name__
     return "error", kind, type_name, str(cause), payload, text, env_index
+
+
+def _dumps(value) -> bytes:
+    """Plain pickle, or Ray's cloudpickle where plain pickle cannot name a class: one
+    that came by value with the constructors (``ray_cluster.ship``). The driver loads
+    such a class as its own original (cloudpickle tracks the classes it sent)."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:
+        from ray import cloudpickle
+
+        return cloudpickle.dumps(value, protocol=5)
 
 
 # ---------------------------------------------------------------------- the driver
@@ -488,55 +495,23 @@ def chain_remote(error: EnvWorkerError, payload: bytes | None, text: str) -> Bas
     return with_env_type(error)
 
 
-def kill_actor(actor) -> None:
-    import ray
-
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # already gone, or Ray shut down: nothing left to end
-        pass
-
-
-def remove_placement_group(group) -> None:
-    from ray.util.placement_group import remove_placement_group as remove
-
-    try:
-        remove(group)
-    except Exception:  # already removed, or Ray shut down
-        pass
-
-
 # ---------------------------------------------------------------------- entry point
 
 
-def start_ray_workers(
+def start_ray_transport(
     constructors: Sequence[Callable],
     *,
     num_workers: int,
     timeout: float | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
-    check_actions: bool = True,
     strategy: str = "PACK",
     num_cpus_per_worker: float = 1,
     address: str | None = None,
-) -> BatchEnv:
-    """A BatchEnv with one env per constructor over ``num_workers`` Ray actors (groups).
-
-    Args:
-        constructors: one zero-argument env constructor per batch row (picklable).
-        num_workers: worker groups, one Ray actor each, ``len(constructors) / num_workers``
-            contiguous rows each.
-        timeout: deadline in seconds for each step and reset (None: none; a dead actor is
-            still noticed at once).
-        start_timeout: deadline for placing the actors and building their envs.
-        check_actions: check that actions are finite and inside the action space.
-        strategy: placement of the groups over the nodes: "PACK" (default: as few nodes
-            as fit), "SPREAD" (one node each where possible) or Ray's STRICT_ variants.
-        num_cpus_per_worker: CPUs reserved per group; with 2 or more its envs run in that
-            many worker processes inside the actor, else in the actor's own process.
-        address: the Ray cluster to join when Ray is not initialized yet (None: start a
-            local instance, or join ``RAY_ADDRESS``).
-    """
+) -> RayTransport:
+    """One env per constructor over ``num_workers`` Ray actors (groups), built; the
+    BatchEnv of ``batchenv.make(..., backend="ray")`` and
+    :func:`batchenv.make.start_ray_workers` drives it. The arguments are those of
+    ``start_ray_workers``."""
     ray = import_ray()
     constructors = list(constructors)
     num_envs = len(constructors)
@@ -574,56 +549,16 @@ def start_ray_workers(
             strategy_of = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
             actors.append(
                 host.options(num_cpus=num_cpus_per_worker, scheduling_strategy=strategy_of).remote(
-                    [constructors[r] for r in rows], processes, timeout, start_timeout
+                    ship([constructors[r] for r in rows]), processes, timeout, start_timeout
                 )
             )
         spaces, nodes = _built(ray, actors, groups, description, deadline, start_timeout)
-        transport = RayTransport(actors, groups, pg, spaces, description, nodes, timeout)
+        return RayTransport(actors, groups, pg, spaces, description, nodes, timeout)
     except BaseException:
         for actor in actors:
             kill_actor(actor)
         remove_placement_group(pg)
         raise
-    return BatchEnv(None, timeout=timeout, check_actions=check_actions, _transport=transport)
-
-
-def wait_placed(
-    ray, group, strategy: str, deadline: float, start_timeout: float, what: str, description: str
-) -> None:
-    """Wait until Ray has reserved every bundle of the placement ``group``; a
-    WorkerTimeoutError saying what to change when it cannot by ``deadline``."""
-    placed, _ = ray.wait([group.ready()], timeout=remaining(deadline))
-    if placed:
-        return
-    bundles = group.bundle_specs
-    cpus = ray.cluster_resources().get("CPU", 0)
-    raise WorkerTimeoutError(
-        f"Ray could not place {len(bundles)} {what} groups of {bundles[0].get('CPU', 0):g} "
-        f"CPUs ({strategy}) within start_timeout={start_timeout} s (the cluster has {cpus:g} "
-        "CPUs); lower num_workers or the CPUs per group, or add nodes",
-        step=0,
-        env_description=description,
-    )
-
-
-def connect(ray, address: str | None) -> None:
-    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local one; a
-    ``HOST:PORT`` where nothing answers is a one-line ConnectionError within 5 s (Ray
-    itself retries for a minute)."""
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address is None:
-        ray.init(include_dashboard=False, logging_level="WARNING")
-        return
-    if address != "auto":
-        host, _, port = address.rpartition(":")
-        try:
-            socket.create_connection((host, int(port)), timeout=PROBE_SECONDS).close()
-        except (OSError, ValueError) as error:
-            raise ConnectionError(
-                f"no Ray cluster answers at {address!r} ({error}); start one with "
-                "`ray start --head` and pass the HOST:PORT it prints, or address=None"
-            ) from None
-    ray.init(address=address, logging_level="WARNING")
 
 
 def _built(ray, actors, groups, description: str, deadline: float, start_timeout: float):

@@ -7,7 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchenv.errors import AlreadyPendingCallError, ClosedError, NoPendingCallError, NotResetError
+from batchenv.errors import (
+    AlreadyPendingCallError,
+    BatchEnvError,
+    ClosedError,
+    EnvIdsError,
+    NoPendingCallError,
+    NotResetError,
+)
 from tests import faulty_envs as fe
 from tests.faults.fault_helpers import KINDS, NUM_ENVS, actions
 
@@ -61,3 +68,18 @@ def test_async_misuse_raises_one_error_class_each(kind, batches):
         env.step_wait()
     env.step(actions())  # still usable
     assert env.steps == 2
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "in-process"])
+def test_bad_reset_indices_are_a_typed_error_and_break_nothing(kind, batches):
+    env = batches(kind, fe.PlainEnv)
+    for indices, error_type, match in [
+        ([1, 1], ValueError, r"reset indices must be unique, got \[1, 1\]"),
+        ([0, 4], IndexError, r"reset indices \[0, 4\] out of range for 4 envs"),
+    ]:
+        for call in (env.reset, env.reset_async):
+            with pytest.raises(EnvIdsError, match=match) as info:
+                call(indices)
+            assert isinstance(info.value, BatchEnvError) and isinstance(info.value, error_type)
+    observ, _ = env.reset(seed=0)
+    assert observ.shape == (NUM_ENVS, 3)
