@@ -32,7 +32,7 @@ from .search_space import SearchSpace
 from .spec import Spec
 from .trial import TrialResult, TrialRun
 
-__all__ = ["Executor", "LocalExecutor", "Plan", "owner_alive"]
+__all__ = ["Executor", "LocalExecutor", "Plan", "owner_alive", "route_event"]
 
 OWNER_NAME = "owner.json"
 _POLL_SECONDS = 0.5
@@ -107,7 +107,7 @@ class LocalExecutor:
                 for event in pool.poll(_POLL_SECONDS) if pool.busy else []:
                     entry = active.get(event[1][0])
                     if entry is not None:
-                        _route(event, *entry, pool)
+                        route_event(event, *entry, pool)
                 for number in [n for n, (run, _) in active.items() if run.finished]:
                     run, optuna_trial = active.pop(number)
                     pool.cancel(number)
@@ -134,6 +134,27 @@ def owner_alive(trial_path: Path) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def route_event(event: tuple, run: TrialRun, trial: Any, pool: SessionPool) -> None:
+    """Hand a SessionPool event of ``run`` on: a session-0 checkpoint to ``trial`` (the
+    Optuna trial, or what stands in for it; None: no pruning), which may prune the run; a
+    finished or failed session to ``run`` (a failure cancels the run's other sessions)."""
+    kind, (_, session) = event[0], event[1]
+    if kind == "report":
+        if trial is None or session != 0 or run.pruned:
+            return
+        frame, ma = event[2], event[3]
+        if math.isfinite(ma):
+            trial.report(ma, frame)
+            if trial.should_prune():
+                run.pruned = True
+                pool.cancel(run.number)
+    elif kind == "done":
+        run.on_done(session, event[2])
+    elif kind == "failed":
+        run.on_failed(session, event[2], event[3], event[4])
+        pool.cancel(run.number)
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -210,21 +231,3 @@ def _orphans(plan: Plan) -> list:
 
     running = plan.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     return [trial for trial in running if not owner_alive(plan.path / f"t{trial.number}")]
-
-
-def _route(event: tuple, run: TrialRun, trial: Any, pool: SessionPool) -> None:
-    kind, (_, session) = event[0], event[1]
-    if kind == "report":
-        if trial is None or session != 0 or run.pruned:
-            return
-        frame, ma = event[2], event[3]
-        if math.isfinite(ma):
-            trial.report(ma, frame)
-            if trial.should_prune():
-                run.pruned = True
-                pool.cancel(run.number)
-    elif kind == "done":
-        run.on_done(session, event[2])
-    elif kind == "failed":
-        run.on_failed(session, event[2], event[3], event[4])
-        pool.cancel(run.number)

@@ -19,8 +19,8 @@ the local backend, in the same run directory layout, with Ray Tune scheduling th
 Everything the command line can get wrong (Ray not installed, a mode Tune does not run, an
 address with no cluster behind it) is checked by :func:`check_backend` and
 :meth:`RayExecutor.connect` before the run directory exists. Importing this module does
-not import Ray; :mod:`batchenv.experiment.ray_tune` (imported by :meth:`RayExecutor.run`)
-holds the classes Tune runs.
+not import Ray; :mod:`batchenv.experiment.ray_tune` (imported by :meth:`RayExecutor.run`,
+and never importing this module) holds the classes Tune runs.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ from .executors import Plan
 from .spec import SpecError
 from .trial import TrialResult
 
-__all__ = ["BACKENDS", "RayExecutor", "check_backend"]
+__all__ = ["BACKENDS", "RayExecutor", "check_backend", "missing_extras"]
 
 BACKENDS = ("local", "ray")
 TUNE_DIR = "tune"
 _PROBE_SECONDS = 5.0
+#: Ray, and what ``pip install "ray[tune]"`` adds to it that ``from ray import tune`` imports.
+_RAY_TUNE_MODULES = ("ray", "pandas", "pyarrow", "fsspec", "requests", "pydantic")
 
 
 def check_backend(backend: str, mode: str, address: str | None) -> None:
@@ -50,14 +52,30 @@ def check_backend(backend: str, mode: str, address: str | None) -> None:
         if address is not None:
             raise SpecError("--address names a Ray cluster: add --backend ray")
         return
-    if importlib.util.find_spec("ray") is None:
-        raise SpecError('--backend ray needs Ray Tune: pip install "ray[tune]" (or -e ".[ray]")')
+    missing = missing_extras()
+    if missing:
+        raise SpecError(
+            f"--backend ray needs {' and '.join(missing)}, not installed here: pip install "
+            + " ".join(f'"{name}"' if "[" in name else name for name in missing)
+            + ' (or pip install -e ".[ray]")'
+        )
     if mode != "search":
         raise SpecError(
             f"--backend ray runs searches (--mode search); run --mode {mode} without --backend ray"
         )
     if address is not None:
         _parse_address(address)
+
+
+def missing_extras() -> list[str]:
+    """The packages of the ray extra that are not installed: ``ray[tune]`` (Ray, or a
+    package Ray Tune needs) and ``optuna`` (the searcher)."""
+    missing = []
+    if any(importlib.util.find_spec(module) is None for module in _RAY_TUNE_MODULES):
+        missing.append("ray[tune]")
+    if importlib.util.find_spec("optuna") is None:
+        missing.append("optuna")
+    return missing
 
 
 class RayExecutor:
@@ -118,25 +136,12 @@ class RayExecutor:
                 results.append(result)
                 on_trial(result)
 
-            ray_tune.run_search(plan, plan.path / TUNE_DIR, finished)
+            ray_tune.run_search(plan, (plan.path / TUNE_DIR).resolve(), finished)
         finally:
             self.close()
         if _finished_trials(plan.path) < plan.max_trials:
             raise KeyboardInterrupt
         return results
-
-
-def trial_resources(plan: Plan, node_cpus: float, gpus_per_session: float) -> tuple[int, dict]:
-    """``(sessions at once, Tune resources)`` of one trial: ``sessions x cpus`` CPUs, capped
-    at the largest node's CPUs (sessions then take turns, as on one machine), and as many
-    ``gpus_per_session`` shares of a GPU as sessions run at once."""
-    sessions = plan.spec.meta.sessions
-    fit = max(1, int(node_cpus // plan.cpus)) if node_cpus >= plan.cpus else 1
-    slots = min(sessions, fit)
-    resources: dict[str, float] = {"cpu": slots * plan.cpus}
-    if gpus_per_session:
-        resources["gpu"] = slots * gpus_per_session
-    return slots, resources
 
 
 # --- helpers --------------------------------------------------------------------------------

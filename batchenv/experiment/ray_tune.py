@@ -1,7 +1,8 @@
 """What Ray Tune runs for a search: the trial trainable, the searcher, the scheduler.
 
 Imports Ray: only :class:`~batchenv.experiment.ray_backend.RayExecutor` imports this
-module. :func:`run_search` builds (or restores from ``RUN_DIR/tune``) a ``Tuner`` of
+module, and this module imports nothing from ray_backend (the layers point one way).
+:func:`run_search` builds (or restores from ``RUN_DIR/tune``) a ``Tuner`` of
 
 - :class:`SpecTrainable`: one Tune trial = one trial of the search. It runs the trial's
   sessions in a :class:`~batchenv.experiment.pool.SessionPool` on its node (the local
@@ -33,13 +34,19 @@ import ray
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from .executors import Plan, _route
+from .executors import Plan, route_event
 from .pool import SessionPool
-from .ray_backend import trial_resources
 from .spec import Spec, SpecError, spec_from_dict
 from .trial import SessionFailedError, TrialResult, TrialRun, read_trial
 
-__all__ = ["SpecSearch", "SpecTrainable", "TrialContext", "TrialEvents", "run_search"]
+__all__ = [
+    "SpecSearch",
+    "SpecTrainable",
+    "TrialContext",
+    "TrialEvents",
+    "run_search",
+    "trial_resources",
+]
 
 #: The key of the trial number in a Tune trial's config.
 TRIAL_KEY = "batchenv_trial"
@@ -109,7 +116,7 @@ class SpecTrainable(tune.Trainable):
         trial = self.trial
         while not trial.finished and self.pool.busy:
             for event in self.pool.poll(_POLL_SECONDS):
-                _route(event, trial, self.latest, self.pool)
+                route_event(event, trial, self.latest, self.pool)
             report = self.latest.take()
             if report is not None and not trial.finished:
                 return {FRAME: report[0], METRIC: report[1]}
@@ -223,6 +230,8 @@ def run_search(plan: Plan, tune_dir: Path, finished: Callable[[TrialResult], Non
     ``tune_dir``; ``finished(result)`` is called on the driver as each trial ends."""
     import optuna
 
+    tune_dir = tune_dir.resolve()  # Tune takes a relative path for a URI with no scheme
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = plan.spec
     envs = [spec.env] + [
@@ -294,6 +303,23 @@ def run_search(plan: Plan, tune_dir: Path, finished: Callable[[TrialResult], Non
         _DRIVERS.pop(key, None)
 
 
+def trial_resources(plan: Plan, node_cpus: float, gpus_per_session: float) -> tuple[int, dict]:
+    """``(sessions at once, Tune resources)`` of one trial: ``sessions x cpus`` CPUs, capped
+    at the largest node's CPUs (sessions then take turns, as on one machine), and as many
+    ``gpus_per_session`` shares of a GPU as sessions run at once.
+
+        >>> trial_resources(plan, node_cpus=4, gpus_per_session=0.25)  # 4 sessions of 2 CPUs
+        (2, {'cpu': 4, 'gpu': 0.5})
+    """
+    sessions = plan.spec.meta.sessions
+    fit = max(1, int(node_cpus // plan.cpus)) if node_cpus >= plan.cpus else 1
+    slots = min(sessions, fit)
+    resources: dict[str, float] = {"cpu": slots * plan.cpus}
+    if gpus_per_session:
+        resources["gpu"] = slots * gpus_per_session
+    return slots, resources
+
+
 # --- helpers --------------------------------------------------------------------------------
 
 
@@ -305,7 +331,7 @@ class _Driver:
 
 
 class _LatestReport:
-    """Stands in for the Optuna trial of executors._route: keeps session 0's latest
+    """Stands in for the Optuna trial of executors.route_event: keeps session 0's latest
     checkpoint for Tune, whose scheduler does the pruning."""
 
     def __init__(self) -> None:

@@ -21,7 +21,9 @@ import pytest
 from batchenv.experiment import SpecError, run
 from batchenv.experiment.session import read_checkpoints
 from tests import ray_session
+from tests.cli_process import batchenv_command
 from tests.experiment.test_experiment import ROOT, rows, toy_spec, wait_for
+from tests.experiment.test_search import interrupted_search
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 pytest.importorskip("ray.tune", reason="the ray extra is not installed")
@@ -107,7 +109,7 @@ def test_asha_stops_weak_trials_on_env_steps(tmp_path, ray_cluster):
 
 def _start_driver(spec: Path, runs: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "batchenv.cli", "run", str(spec), "--mode", "search"]
+    command = batchenv_command("run", str(spec), "--mode", "search")
     command += ["--runs-dir", str(runs), "--no-progress", "--backend", "ray", *extra]
     return subprocess.Popen(command, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
@@ -149,6 +151,34 @@ def test_resume_reruns_no_finished_trial(tmp_path, ray_cluster):
     assert len(rows(run_dir / "experiment.csv")) == 3
 
 
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_resumed_search_suggests_what_an_uninterrupted_one_does(tmp_path, ray_cluster, sampler):
+    meta = {"sessions": 1, "trials": 3, "steps": 300, "seed": 5, "max_concurrent": 1}
+    meta["sampler"] = sampler
+    path = search_spec(tmp_path, meta=meta)
+    whole = run(path, mode="search", runs_dir=tmp_path / "whole", backend="ray", progress=False)
+    options = ("--backend", "ray", "--address", ray_cluster)
+    resumed = run(resume=interrupted_search(tmp_path, meta, *options), progress=False)
+
+    assert [t.number for t in resumed.trials] == [0, 1, 2]
+    assert [t.values for t in resumed.trials] == [t.values for t in whole.trials]
+    assert len({t.values["config.x"] for t in whole.trials}) == 3
+
+
+def test_a_relative_runs_dir_runs_and_resumes(tmp_path, ray_cluster, monkeypatch):
+    # What the README runs: `batchenv run SPEC --mode search --backend ray` in the repo root.
+    monkeypatch.chdir(tmp_path)
+    path = search_spec(tmp_path, meta={"sessions": 1, "trials": 2, "steps": 200})
+    result = run(path, mode="search", runs_dir="runs", backend="ray", progress=False)
+
+    assert not result.path.is_absolute() and (result.path / "tune").is_dir()
+    assert [(t.number, t.status) for t in result.trials] == [(0, "done"), (1, "done")]
+    again = run(resume=result.path, progress=False)  # Tune's state, found by a relative path
+    assert [t.values for t in again.trials] == [t.values for t in result.trials]
+    for trial in (0, 1):
+        assert _starts(result.path / f"t{trial}/s0") == [0]
+
+
 def test_bad_input_fails_fast_in_one_line_before_writing(tmp_path, ray_cluster):
     path = search_spec(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -174,18 +204,6 @@ def test_bad_input_fails_fast_in_one_line_before_writing(tmp_path, ray_cluster):
     assert not list(tmp_path.glob("toy_*"))
 
 
-def test_without_ray_the_backend_fails_in_one_line(tmp_path, monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
-    )
-    with pytest.raises(SpecError, match=r'needs Ray Tune: pip install "ray\[tune\]"'):
-        run(search_spec(tmp_path), mode="search", runs_dir=tmp_path / "runs", backend="ray")
-    assert not (tmp_path / "runs").exists()
-
-
 def test_the_local_backend_never_imports_ray(tmp_path):
     path = toy_spec(tmp_path, meta={"sessions": 1, "steps": 200})
     code = (
@@ -200,7 +218,7 @@ def test_the_local_backend_never_imports_ray(tmp_path):
 def test_trial_resources_are_sessions_times_cpus_capped_at_a_node(tmp_path):
     from batchenv.experiment import load_spec
     from batchenv.experiment.executors import Plan
-    from batchenv.experiment.ray_backend import trial_resources
+    from batchenv.experiment.ray_tune import trial_resources
 
     spec = load_spec(search_spec(tmp_path, meta={"sessions": 4, "gpus_per_session": 0.25}))
     plan = Plan(spec, tmp_path, 2, 1, lambda env: 0.0)
