@@ -33,14 +33,17 @@ import argparse
 import json
 import sys
 import time
+import typing
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
+from batchenv.cli_common import ctrl_c_held, fail, whole_number
+
 #: Algorithms ``batchenv train`` knows, each a package of batchenv.algorithms with a ``cli``.
-ALGORITHMS = ("batchppo", "impala")
+ALGORITHMS = ("batchppo", "impala", "ppo")
 
 
 def _random_actions(space, num_envs: int, rng: np.random.Generator) -> np.ndarray:
@@ -59,7 +62,17 @@ def demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import batchenv
+    from batchenv.preflight import check_gym_env
 
+    for option, value in (("--num-envs", args.num_envs), ("--steps", args.steps)):
+        if value < 1:
+            return fail("demo", f"{option} must be >= 1, got {value}")
+    if args.num_workers is not None and args.num_workers < 1:
+        return fail("demo", f"--num-workers must be >= 1 (or left out), got {args.num_workers}")
+    try:
+        check_gym_env(args.env)
+    except ValueError as error:
+        return fail("demo", error)
     started = time.perf_counter()
     env = batchenv.make(args.env, args.num_envs, num_workers=args.num_workers)
     start_seconds = time.perf_counter() - started
@@ -103,15 +116,25 @@ def demo(args: argparse.Namespace) -> int:
 def algorithm_cli(name: str) -> ModuleType:
     """The ``cli`` module of algorithm ``name`` (see the module docstring)."""
     if name not in ALGORITHMS:
-        raise SystemExit(f"batchenv: unknown algorithm {name!r}; choose one of {ALGORITHMS}")
-    return import_module(f"batchenv.algorithms.{name}.cli")
+        _refuse("evaluate", f"unknown algorithm {name!r}; expected one of {', '.join(ALGORITHMS)}")
+    with ctrl_c_held():  # Ctrl-C while torch and triton load would abort: wait for them
+        module = import_module(f"batchenv.algorithms.{name}.cli")
+        import_module("torch")
+    return module
 
 
 def _algorithm_of(run_dir: str) -> str:
     config = Path(run_dir) / "config.json"
     if not config.exists():
-        raise SystemExit(f"batchenv evaluate: {run_dir} is not a run directory (no config.json)")
-    return json.loads(config.read_text())["algorithm"]
+        _refuse("evaluate", f"{run_dir} is not a run directory (no config.json)")
+    try:
+        return json.loads(config.read_text())["algorithm"]
+    except (ValueError, KeyError, TypeError):
+        _refuse("evaluate", f"{config} does not name its algorithm; is {run_dir} a batchenv run?")
+
+
+def _refuse(command: str, message: str) -> typing.NoReturn:
+    raise SystemExit(fail(command, message))
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -153,20 +176,32 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     experiment_cli.add_benchmark_arguments(
         commands.add_parser("benchmark", help="run spec files as trials, write a Markdown table")
     )
+    from batchenv.experiment import analyze
+
+    analyze.add_arguments(
+        commands.add_parser("analyze", help="recompute run directories' metrics and plots")
+    )
     run = commands.add_parser("demo", help="step a BatchEnv with random actions, report steps/s")
     run.add_argument("--env", default="CartPole-v1", help="a Gymnasium id")
-    run.add_argument("--num-envs", type=int, default=64)
-    run.add_argument("--num-workers", type=int, default=None)
-    run.add_argument("--steps", type=int, default=500_000, help="total env steps")
+    run.add_argument("--num-envs", type=whole_number, default=64)
+    run.add_argument("--num-workers", type=whole_number, default=None)
+    run.add_argument("--steps", type=whole_number, default=500_000, help="total env steps")
     run.add_argument("--seed", type=int, default=0)
     run.set_defaults(handler=demo)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default: ``sys.argv[1:]``); the exit status (130 after
+    Ctrl-C, also while the command's modules are still being imported)."""
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
-    return args.handler(args)
+    try:
+        args = build_parser(argv).parse_args(argv)
+        return args.handler(args)
+    except KeyboardInterrupt:
+        command = " ".join(["batchenv", *(argv[:2] if argv[:1] == ["train"] else argv[:1])])
+        print(f"\n{command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ TensorBoard files are written with ``torch.utils.tensorboard.SummaryWriter`` whe
 call: ``step`` then one column per summary name, in the order names first appear. When a
 new name appears, the file is rewritten once with the grown header (earlier rows get empty
 cells), so the CSV always has a single, complete header. Opening a logdir that already has
-a ``metrics.csv`` continues it.
+a ``metrics.csv`` continues it. :func:`curve_points` reads it back as the points of a
+learning curve (``curve.png``).
 
     >>> with Logger("runs/cartpole") as logger:
     ...     logger.log(100, {"mean_score": torch.tensor(21.5)})
@@ -15,11 +16,16 @@ a ``metrics.csv`` continues it.
 from __future__ import annotations
 
 import csv
+import math
 import os
+import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 CSV_NAME = "metrics.csv"
+#: A row whose ``episodes`` is below this share of its phase's median is left off a curve.
+FEW_EPISODES = 0.1
 
 
 class Logger:
@@ -133,3 +139,48 @@ def _summary_writer(logdir: str):
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(logdir)
+
+
+@dataclass
+class PhaseCurve:
+    """One phase's learning curve read from metrics.csv (see :func:`curve_points`)."""
+
+    steps: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    left_out: list[tuple[float, float, int]] = field(default_factory=list)
+    """``(step, mean_score, episodes)`` of the rows left off the curve (too few episodes)."""
+    least_episodes: int = 0
+    """The fewest episodes a row of the curve holds."""
+
+
+def curve_points(csv_path: str | os.PathLike, score: str = "mean_score") -> dict[str, PhaseCurve]:
+    """The ``score`` column of a metrics.csv against ``step``, one curve per ``phase``.
+
+    A row's score is the mean return of its ``episodes``; a row that holds fewer than
+    :data:`FEW_EPISODES` of the median episodes of its phase's rows (the short last train
+    phase of a run that stops mid-round, say, with one episode) is not a point of the
+    curve: it goes to ``left_out``. Rows without an ``episodes`` column are all points.
+
+        >>> curves = curve_points("runs/cartpole/metrics.csv")
+        >>> curves["eval"].steps, curves["eval"].scores
+    """
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    with open(csv_path, newline="") as file:
+        for row in csv.DictReader(file):
+            if not row.get(score):
+                continue
+            episodes = float(row["episodes"]) if row.get("episodes") else math.nan
+            phase = row.get("phase") or "train"
+            rows.setdefault(phase, []).append((float(row["step"]), float(row[score]), episodes))
+    curves = {}
+    for phase, points in rows.items():
+        counts = [episodes for _, _, episodes in points if not math.isnan(episodes)]
+        least = FEW_EPISODES * statistics.median(counts) if counts else 0.0
+        curve = curves[phase] = PhaseCurve(least_episodes=math.ceil(least))
+        for step, value, episodes in points:
+            if episodes < least:
+                curve.left_out.append((step, value, int(episodes)))
+            else:
+                curve.steps.append(step)
+                curve.scores.append(value)
+    return curves

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batchenv.logger import Logger
+from batchenv.logger import Logger, curve_points
 
 CONFIG_NAME = "config.json"
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -197,18 +197,15 @@ class RunDirectory:
         except ImportError:
             return None
         self.logger.flush()
-        series: dict[str, tuple[list[float], list[float]]] = {}
-        with open(self.logger.csv_path, newline="") as file:
-            for row in csv.DictReader(file):
-                score = row.get("mean_score")
-                if not score:
-                    continue
-                xs, ys = series.setdefault(row.get("phase") or "train", ([], []))
-                xs.append(float(row["step"]))
-                ys.append(float(score))
+        series = curve_points(self.logger.csv_path)  # rows of too few episodes left out
         figure, axes = plt.subplots(figsize=(7, 4))
-        for phase, (xs, ys) in sorted(series.items()):
-            axes.plot(xs, ys, label=phase, marker="o" if phase == "eval" else None, markersize=3)
+        for index, (phase, curve) in enumerate(sorted(series.items())):
+            marker = "o" if phase == "eval" else None
+            axes.plot(curve.steps, curve.scores, f"C{index}", label=phase, marker=marker, ms=3)
+            if curve.left_out:
+                steps, scores, _ = zip(*curve.left_out)
+                label = f"{phase}: < {curve.least_episodes} episodes, not in the curve"
+                axes.plot(steps, scores, "o", mfc="none", mec=f"C{index}", ms=5, label=label)
         axes.set_xlabel("env steps")
         axes.set_ylabel("mean episode return")
         axes.set_title(title or f"{self.record['algorithm']} on {self.record.get('env_id', '')}")

@@ -24,6 +24,7 @@ with random play on the same envs.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from dataclasses import dataclass
 
@@ -53,6 +54,21 @@ class Args:
     clip: float = 0.2  #: PPO's probability-ratio clip
     eval_steps: int = 600  #: simulate() calls per evaluation
     seed: int = 0  #: seeds the envs, the network and the sampling
+
+
+def check_extra() -> None:
+    """Exit with one line when the pettingzoo extra (PettingZoo and pygame) is missing,
+    before any worker process tries to import it."""
+    try:
+        from pettingzoo.butterfly import knights_archers_zombies_v11  # noqa: F401
+    except ImportError as error:
+        missing = (error.name or "pettingzoo").split(".")[0]
+        print(
+            f"pettingzoo_training.py: error: Knights-Archers-Zombies needs the pettingzoo "
+            f'extra ({missing} is not installed): pip install -e ".[pettingzoo]"',
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
 
 
 def make_game(max_cycles: int):
@@ -193,7 +209,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    return train(parse_args(argv))
+    args = parse_args(argv)
+    check_extra()
+    return train(args)
 
 
 if __name__ == "__main__":

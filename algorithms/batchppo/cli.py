@@ -20,10 +20,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import PRESETS, BatchPPOConfig, field_help, parse_overrides
-from .envs import env_class
+from batchenv.cli_common import evaluation_line, fail, unsaved_interrupt_line, whole_number
+from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME
 
-__all__ = ["add_arguments", "add_evaluate_arguments", "evaluate", "make_config", "train"]
+from .config import PRESETS, BatchPPOConfig, field_help, parse_overrides
+from .envs import check_time_limit, env_class
+
+__all__ = [
+    "add_arguments",
+    "add_evaluate_arguments",
+    "evaluate",
+    "make_config",
+    "preflight",
+    "train",
+]
 
 #: What ``batchenv train batchppo`` runs when neither --env nor --preset is given: the
 #: cartpole preset on the in-graph CartPole (no worker processes, no downloads).
@@ -97,9 +107,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``batchenv evaluate RUN_DIR`` for a BatchPPO run."""
-    parser.add_argument("--episodes", type=int, default=None, help="default: eval_episodes")
     parser.add_argument(
-        "--num-envs", type=int, default=None, help="envs stepped in lockstep (default: the run's)"
+        "--episodes", type=whole_number, default=None, help="default: eval_episodes"
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=whole_number,
+        default=None,
+        help="envs stepped in lockstep (default: the run's)",
     )
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: seed + 1000)")
     parser.add_argument("--device", type=_field_value("device"), default=None)
@@ -114,15 +129,14 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train batchppo``; the exit status (130 after Ctrl-C)."""
-    from batchenv.preflight import check_device, check_gym_env
-    from batchenv.run_dir import CHECKPOINT_NAME, default_path
+    from batchenv.run_dir import default_path
 
     from .train import TrainingInterrupted
     from .train import train as run_training
 
     if args.resume is True:  # the old form: --logdir RUN_DIR --resume
         if args.logdir is None:
-            return _fail("train batchppo", ValueError("--resume needs the run: --resume RUN_DIR"))
+            return fail("train batchppo", "--resume needs the run: --resume RUN_DIR")
         print(
             "batchenv train batchppo: note: --logdir RUN_DIR --resume is deprecated; "
             "write --resume RUN_DIR",
@@ -131,17 +145,20 @@ def train(args: argparse.Namespace) -> int:
         args.resume, args.logdir = args.logdir, None
     try:
         config = make_config(args)
-        check_device(config.device)
-        if env_class(config.env) is None:
-            check_gym_env(config.env)
+        preflight(config)
         if args.resume and not (Path(args.resume) / CHECKPOINT_NAME).exists():
             raise FileNotFoundError(
                 f"{args.resume} has no checkpoint yet (one is written after every round), "
                 "so there is nothing to resume; start a new run instead"
             )
-    except (ValueError, FileNotFoundError) as error:
-        return _fail("train batchppo", error)
-    logdir = Path(args.resume or args.logdir or default_path("batchppo", config.env))
+        logdir = Path(args.resume or args.logdir or default_path("batchppo", config.env))
+        if not args.resume and (logdir / CONFIG_NAME).exists():
+            raise FileExistsError(
+                f"{logdir} already holds a run; continue it with --resume {logdir}, or "
+                "choose another --logdir"
+            )
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        return fail("train batchppo", error)
     action = "resuming" if args.resume else "training"
     print(
         f"batchppo: {action} on {config.env} for {config.steps:,} env steps; run directory "
@@ -153,7 +170,7 @@ def train(args: argparse.Namespace) -> int:
             config, logdir=logdir, resume=bool(args.resume), progress=args.progress
         )
     except (ValueError, FileExistsError, FileNotFoundError) as error:
-        return _fail("train batchppo", error)
+        return fail("train batchppo", error)
     except TrainingInterrupted as stop:
         print(
             f"\ninterrupted; checkpoint saved in {stop.run_dir} (resume with batchenv train "
@@ -162,12 +179,8 @@ def train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    except KeyboardInterrupt:  # before the first round started: nothing to keep
-        print(
-            f"\ninterrupted before training started; {logdir} has no checkpoint (start "
-            "again without --resume)",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt:  # before the first round started: nothing saved
+        print(f"\n{unsaved_interrupt_line('batchppo', logdir)}", file=sys.stderr)
         return 130
     final = f"{scores[-1]:.1f}" if scores else "none"
     print(f"batchppo: done, {len(scores)} evaluations, final eval score {final}; {logdir}")
@@ -175,9 +188,15 @@ def train(args: argparse.Namespace) -> int:
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
-    """Run ``batchenv evaluate RUN_DIR``: mean-action episodes of the latest checkpoint."""
+    """Run ``batchenv evaluate RUN_DIR``: mean-action episodes of the latest checkpoint,
+    one line printed; the run directory is only read."""
+    import torch
+
     from .train import evaluate as run_evaluation
 
+    for option, value in (("--episodes", args.episodes), ("--num-envs", args.num_envs)):
+        if value is not None and value < 1:
+            return fail("evaluate", f"{option} must be >= 1, got {value}")
     _set_threads(args.threads)
     try:
         stats = run_evaluation(
@@ -188,12 +207,43 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
             device=args.device,
         )
     except (ValueError, FileNotFoundError) as error:
-        return _fail("evaluate", error)
-    print(
-        f"mean return {stats['mean_score']:.2f} over {stats['episodes']} episodes "
-        f"(mean length {stats['mean_length']:.1f})"
+        return fail("evaluate", error)
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, map_location="cpu", weights_only=False)
+    line = evaluation_line(
+        run_dir,
+        step=checkpoint["counters"]["train_steps"],
+        mean_return=stats["mean_score"],
+        episodes=stats["episodes"],
+        mean_length=stats["mean_length"],
     )
+    print(line)
     return 0
+
+
+def preflight(config: BatchPPOConfig) -> None:
+    """Checks before a run creates anything (ValueError with one line saying what to do):
+    the device, the env id and its extras, an in-graph env's time limit against
+    max_length, and that a train phase can finish an episode.
+
+    A train phase is ``update_every * max_length`` env steps over ``num_agents`` envs, so
+    with ``update_every < num_agents`` it is shorter than ``max_length`` lockstep steps:
+    episodes that run to the time limit never finish in it, and no update ever runs.
+    """
+    from batchenv.preflight import check_device, check_gym_env
+
+    check_device(config.device)
+    cls = env_class(config.env)
+    if cls is None:
+        check_gym_env(config.env)
+    else:
+        check_time_limit(config, getattr(cls, "max_episode_steps", None))
+    if config.update_every < config.num_agents:
+        raise ValueError(
+            f"update_every={config.update_every} is below num_agents={config.num_agents}: a "
+            f"train phase (update_every * max_length env steps over num_agents envs) is then "
+            f"shorter than max_length={config.max_length} steps, so episodes that reach the "
+            "time limit never finish and no update runs; set update_every >= num_agents"
+        )
 
 
 def make_config(args: argparse.Namespace) -> BatchPPOConfig:
@@ -293,8 +343,3 @@ def _set_threads(threads: int) -> None:
 
     if threads and threads > 0:
         torch.set_num_threads(threads)
-
-
-def _fail(command: str, error: Exception) -> int:
-    print(f"batchenv {command}: error: {error}", file=sys.stderr)
-    return 2

@@ -48,6 +48,8 @@ class BatchPPOConfig:
     """Episodes per evaluation phase (mean actions, no learning)."""
     eval_every: int = 0
     """Training env steps between eval phases (0: after every round; always after the last)."""
+    log_frequency: int = 10_000
+    """Train env steps between log checkpoints (SLM Lab's): last 100 train episodes' mean return."""
 
     # Networks.
     policy_layers: tuple[int, ...] = (200, 100)
@@ -118,6 +120,7 @@ class BatchPPOConfig:
             "must be None or >= 1",
         )
         _check(self, "eval_every", self.eval_every >= 0, "must be >= 0")
+        _check(self, "log_frequency", self.log_frequency >= 0, "must be >= 0")
         _check(self, "torch_threads", self.torch_threads >= 0, "must be >= 0")
         _check(self, "init_std", self.init_std > 0, "must be > 0")
         _check(self, "learning_rate", self.learning_rate > 0, "must be > 0")

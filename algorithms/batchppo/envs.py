@@ -38,6 +38,7 @@ from .config import BatchPPOConfig
 
 __all__ = [
     "InGraphRangeNormalize",
+    "check_time_limit",
     "env_class",
     "gym_constructor",
     "make_env",
@@ -52,13 +53,7 @@ def make_env(config: BatchPPOConfig, num_workers: int | None = None) -> InGraphB
     cls = env_class(config.env)
     if cls is not None:
         env = cls(num_envs=config.num_agents, device=device, seed=config.seed)
-        limit = getattr(env, "max_episode_steps", None)
-        if limit is not None and limit > config.max_length:
-            raise ValueError(
-                f"{config.env} ends its episodes after {limit} steps, but "
-                f"config.max_length={config.max_length}; set max_length={limit} (--set "
-                f"max_length={limit}) or use a preset for this env"
-            )
+        check_time_limit(config, getattr(env, "max_episode_steps", None))
         if config.normalize_ranges:
             env = InGraphRangeNormalize(env)
         return InGraphBatchEnv(env, device=device)
@@ -73,6 +68,16 @@ def make_env(config: BatchPPOConfig, num_workers: int | None = None) -> InGraphB
     constructor = gym_constructor(config.env, config.max_length, config.normalize_ranges)
     workers = batchenv.make(constructor, config.num_agents, num_workers=num_workers)
     return InGraphBatchEnv(workers, device=device)  # train() seeds every phase
+
+
+def check_time_limit(config: BatchPPOConfig, limit: int | None) -> None:
+    """ValueError when the env's own time limit ``limit`` is past ``config.max_length``."""
+    if limit is not None and limit > config.max_length:
+        raise ValueError(
+            f"{config.env} ends its episodes after {limit} steps, but "
+            f"config.max_length={config.max_length}; set max_length={limit} (--set "
+            f"max_length={limit}) or use a preset for this env"
+        )
 
 
 def env_class(name: str) -> type | None:

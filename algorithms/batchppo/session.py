@@ -1,11 +1,13 @@
 """BatchPPO as a session of an experiment (the trainer protocol of batchenv.experiment).
 
 A spec's ``config`` holds :class:`BatchPPOConfig` fields on top of the preset of its env
-(the same rule as ``batchenv train batchppo --env``); ``meta.steps``, ``meta.seed`` and
-``meta.eval_every`` set ``steps``, ``seed`` and ``eval_every``. A session is
-:func:`~batchenv.algorithms.batchppo.train.train` into the session folder, with an
-evaluation checkpoint (mean-action eval phase) after every round or every ``eval_every``
-training steps.
+(the same rule as ``batchenv train batchppo --env``); ``meta.steps``, ``meta.seed``,
+``meta.eval_every`` and ``meta.log_frequency`` set ``steps``, ``seed``, ``eval_every`` and
+``log_frequency``. A session is :func:`~batchenv.algorithms.batchppo.train.train` into the
+session folder. Its checkpoints are SLM Lab's log checkpoints: every ``log_frequency``
+train env steps, the mean return of the last 100 training episodes (independent of the
+update rounds); with ``log_frequency`` 0, the mean-action eval phases (after every round or
+every ``eval_every`` training steps) are the checkpoints instead.
 
     >>> config = TRAINER.make_config("CartPole-v1", {"discount": 0.99}, steps=50_000, seed=3,
     ...                              eval_every=None)
@@ -23,7 +25,7 @@ from typing import Any
 
 from batchenv.run_dir import CHECKPOINT_NAME
 
-from .cli import DEFAULT_ENV, _config_for, _preset_of
+from .cli import DEFAULT_ENV, _config_for, _preset_of, preflight
 from .config import PRESETS, BatchPPOConfig
 from .envs import env_class
 
@@ -34,7 +36,13 @@ class BatchPPOTrainer:
     """BatchPPO under the trainer protocol (see batchenv.experiment.trainers)."""
 
     config_class = BatchPPOConfig
-    meta_fields = {"env": "env", "steps": "steps", "seed": "seed", "eval_every": "eval_every"}
+    meta_fields = {
+        "env": "env",
+        "steps": "steps",
+        "seed": "seed",
+        "eval_every": "eval_every",
+        "log_frequency": "log_frequency",
+    }
     default_env = DEFAULT_ENV
 
     def make_config(
@@ -45,6 +53,7 @@ class BatchPPOTrainer:
         steps: int | None,
         seed: int,
         eval_every: int | None,
+        log_frequency: int | None = None,
     ) -> BatchPPOConfig:
         """The preset of ``env`` (or its defaults) with ``values`` and the meta fields."""
         preset = _preset_of(env)
@@ -54,7 +63,14 @@ class BatchPPOTrainer:
             meta["steps"] = steps
         if eval_every is not None:
             meta["eval_every"] = eval_every
+        if log_frequency is not None:
+            meta["log_frequency"] = log_frequency
         return base.replace(**dict(values)).replace(**meta)
+
+    def check(self, config: BatchPPOConfig) -> None:
+        """What ``batchenv train batchppo`` checks first: the device, the env id and its
+        extras, update_every >= num_agents (ValueError with one line saying what to do)."""
+        preflight(config)
 
     def cpus(self, config: BatchPPOConfig) -> int:
         """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
@@ -70,7 +86,7 @@ class BatchPPOTrainer:
         cpus: int,
         report,
     ) -> None:
-        """One session into ``run_dir``; ``report`` after every eval phase."""
+        """One session into ``run_dir``; ``report`` at every log checkpoint (or eval phase)."""
         from .envs import make_env
         from .train import train
 
@@ -88,6 +104,9 @@ class BatchPPOTrainer:
         def after_round(steps: int, score: float) -> None:
             report(steps, score, opt_step=_updates(run_dir) * per_update)
 
+        def on_checkpoint(steps: int, total_reward: float, updates: int) -> None:
+            report(steps, total_reward, opt_step=updates * per_update)
+
         try:
             train(
                 config,
@@ -95,7 +114,8 @@ class BatchPPOTrainer:
                 logdir=run_dir,
                 resume=resume,
                 progress=progress,
-                after_round=after_round,
+                after_round=None if config.log_frequency else after_round,
+                on_checkpoint=on_checkpoint if config.log_frequency else None,
             )
         finally:
             if env is not None:

@@ -15,7 +15,10 @@ BatchPPO page of the docs):
    number);
 4. after every round: a metrics row per phase, ``curve.png`` and an atomic checkpoint
    (algorithm, normalisers, optimiser, RNG states, step counters), so ``resume=True``
-   continues exactly where the last round ended.
+   continues exactly where the last round ended;
+5. log checkpoints (SLM Lab's, :mod:`~batchenv.algorithms.batchppo.log_checkpoints`):
+   every ``config.log_frequency`` train steps within the train phases, the mean return of
+   the last 100 training episodes, handed to ``on_checkpoint`` once their round is saved.
 
 Env steps count every row (``num_agents`` per ``simulate()`` call); ``config.steps`` counts
 training steps only. A run stops after the first lockstep step at or past ``config.steps``:
@@ -60,6 +63,7 @@ from batchenv.run_dir import CHECKPOINT_NAME, RunDirectory
 from .algorithm import BatchPPO
 from .config import BatchPPOConfig
 from .envs import env_class, make_env, phase_seed, reseed
+from .log_checkpoints import LogCheckpoints
 
 __all__ = [
     "TrainingInterrupted",
@@ -96,6 +100,7 @@ def train(
     *,
     progress: bool = True,
     after_round: Callable[[int, float], None] | None = None,
+    on_checkpoint: Callable[[int, float, int], None] | None = None,
 ) -> list[float]:
     """Train BatchPPO per ``config``; return the mean eval score of every round so far.
 
@@ -110,6 +115,10 @@ def train(
         progress: show a tqdm progress bar (steps, steps/s, the latest eval score).
         after_round: called as ``after_round(train_steps, eval_score)`` after the
             checkpoint of every round that had an eval phase (to stop early, raise).
+        on_checkpoint: called as ``on_checkpoint(train_steps, total_reward, updates)`` for
+            every log checkpoint (every ``config.log_frequency`` train steps; the mean
+            return of the last 100 training episodes, NaN before the first; the updates
+            made so far), in order, once the round that made it is saved (to stop, raise).
 
     Example:
         >>> config = PRESETS["pendulum"].replace(steps=12_000)
@@ -148,16 +157,20 @@ def train(
         algo = BatchPPO(env.single_observation_space, env.single_action_space, config)
         counters = {"train_steps": 0, "eval_steps": 0, "rounds": 0, "evaluated_at": -1}
         scores: list[float] = []
+        log = LogCheckpoints(config.log_frequency, env.num_envs, config.steps)
         if checkpoint is not None:
             algo.load_state_dict(checkpoint["algorithm"])
             counters = {"evaluated_at": -1, **checkpoint["counters"]}
             scores = list(checkpoint["scores"])
             _set_rng_states(checkpoint["rng"])
+            log.frame = counters["train_steps"]
+            if "log_checkpoints" in checkpoint:
+                log.load_state_dict(checkpoint["log_checkpoints"])
         # What Ctrl-C saves before the first round of a new run ends: the starting state.
         start = (
             None
             if checkpoint is not None
-            else copy.deepcopy(_checkpoint(algo, config, counters, scores))
+            else copy.deepcopy(_checkpoint(algo, config, counters, scores, log))
         )
         train_calls = math.ceil(config.update_every * config.max_length / env.num_envs)
         eval_calls = math.ceil(config.eval_episodes / env.num_envs) * config.max_length
@@ -181,6 +194,7 @@ def train(
                     min(train_calls, left),
                     phase_seed(config.seed, 2 * round_),
                     on_step=bar.update if bar else None,
+                    checkpoints=log,
                 )
                 train_steps = counters["train_steps"] + stats.pop("steps")
                 rows = []
@@ -206,8 +220,11 @@ def train(
                     for step, phase, metrics in rows:
                         run.log(step, phase, **metrics)
                     run.plot_curve()
-                    run.save_checkpoint(_checkpoint(algo, config, counters, scores))
+                    run.save_checkpoint(_checkpoint(algo, config, counters, scores, log))
                     saved_step = counters["train_steps"]
+                    for frame, total_reward, updates in log.take():
+                        if on_checkpoint is not None:
+                            on_checkpoint(frame, total_reward, updates)
                 if bar is not None and scores:
                     bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
                 if after_round is not None and evaluated:
@@ -240,8 +257,11 @@ def run_phase(
     calls: int,
     seed: int | None,
     on_step: Callable[[int], Any] | None = None,
+    checkpoints: LogCheckpoints | None = None,
 ) -> dict[str, float]:
     """``calls`` lockstep steps from a forced reset; the phase's metrics.
+
+    ``checkpoints`` (train phases) is told of every step's finished episodes and updates.
 
     The envs are reseeded with ``seed`` first (None: not). Returns ``steps`` (env steps
     made), the ``mean_score`` / ``mean_length`` / number of ``episodes`` finished in the
@@ -263,10 +283,12 @@ def run_phase(
     summaries: dict[str, torch.Tensor] = {}
     finished = torch.zeros((), dtype=torch.int64, device=env.device)
     for call in range(calls):
-        done, _, summaries = simulate(env, algo, reset=call == 0, log=call == calls - 1)
+        done, score, summaries = simulate(env, algo, reset=call == 0, log=call == calls - 1)
         finished += done.sum()
         if "updates" in summaries:
             updates.append(summaries)
+        if checkpoints is not None:
+            checkpoints.step(done, score, updated="updates" in summaries)
         if on_step is not None:
             on_step(env.num_envs)
     seconds = time.perf_counter() - started
@@ -448,13 +470,18 @@ def _eval_metrics(stats: dict[str, float]) -> dict[str, float]:
 
 
 def _checkpoint(
-    algo: BatchPPO, config: BatchPPOConfig, counters: dict[str, int], scores: list[float]
+    algo: BatchPPO,
+    config: BatchPPOConfig,
+    counters: dict[str, int],
+    scores: list[float],
+    log: LogCheckpoints,
 ) -> dict[str, Any]:
     return {
         "algorithm": algo.state_dict(),
         "config": dataclasses.asdict(config),
         "counters": dict(counters),
         "scores": list(scores),
+        "log_checkpoints": log.state_dict(),
         "rng": {
             "torch": torch.get_rng_state(),
             "numpy": np.random.get_state(),

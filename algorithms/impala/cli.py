@@ -5,8 +5,8 @@ Implements the protocol at the top of batchenv/cli.py. Every ImpalaConfig field 
 ``total_steps``), with the field's docstring as its help:
 
     batchenv train impala --env CartPole-v1 --mode sync --num-actors 2 --envs-per-actor 16 \\
-        --steps 2000000 --logdir runs/impala-cartpole
-    batchenv train impala --resume runs/impala-cartpole --steps 4000000
+        --steps 2e6 --logdir runs/impala-cartpole
+    batchenv train impala --resume runs/impala-cartpole --steps 4e6
     batchenv evaluate runs/impala-cartpole --episodes 10
 
 The run directory holds config.json, metrics.csv (phase column), TensorBoard events,
@@ -24,9 +24,17 @@ import sys
 import typing
 from pathlib import Path
 
+from batchenv.cli_common import (
+    fail,
+    optional_whole_number,
+    unsaved_interrupt_line,
+    whole_number,
+)
 from batchenv.run_dir import CHECKPOINT_NAME
 
 from .config import ImpalaConfig, field_help
+
+__all__ = ["add_arguments", "add_evaluate_arguments", "config_from_args", "evaluate", "train"]
 
 _FLAG_NAMES = {"total_steps": "steps"}
 
@@ -42,10 +50,6 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
-
-
-def _optional_int(text: str) -> int | None:
-    return None if text.lower() == "none" else int(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif hint == tuple[int, ...]:
             kwargs["type"], kwargs["metavar"] = _parse_sizes, "N,N"
         elif hint == (int | None):
-            kwargs["type"] = _optional_int
-        elif hint in (int, float, str):
+            kwargs["type"] = optional_whole_number
+        elif hint is int:
+            kwargs["type"] = whole_number
+        elif hint in (float, str):
             kwargs["type"] = hint
         else:
             raise TypeError(f"no command-line type for ImpalaConfig.{item.name}: {hint}")
@@ -102,18 +108,13 @@ def _stored_config(record: dict) -> ImpalaConfig:
 
 
 def train(args: argparse.Namespace) -> int:
-    """Run ``batchenv train impala``; returns the exit status."""
-    from batchenv.run_dir import RunDirectory
-
-    from .errors import ActorDiedError, ActorTimeoutError
-    from .modes import trainer_class
+    """Run ``batchenv train impala``; the exit status (2: refused before anything was
+    written, 1: an actor failure past the restart budget, 130: Ctrl-C)."""
+    from batchenv.run_dir import default_path
 
     if args.resume is True:  # the old form: --logdir RUN_DIR --resume
         if args.logdir is None:
-            print(
-                "batchenv train impala: --resume needs the run: --resume RUN_DIR", file=sys.stderr
-            )
-            return 2
+            return fail("train impala", "--resume needs the run: --resume RUN_DIR")
         print(
             "batchenv train impala: note: --logdir RUN_DIR --resume is deprecated; "
             "write --resume RUN_DIR",
@@ -138,17 +139,35 @@ def train(args: argparse.Namespace) -> int:
             config = config_from_args(args, _stored_config(record))
         else:
             config = config_from_args(args)
+            run_path = Path(args.logdir or default_path("impala", config.env))
         preflight(config)
-        if args.resume:
+    except (ValueError, FileNotFoundError) as error:
+        return fail("train impala", error)
+    _warn_if_bf16_is_slow(config)
+    saved_before = _checkpoint_time(run_path)
+    try:
+        return _train_in(run_path, config, resume=bool(args.resume), progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\n{_interrupted(run_path, saved_before)}", file=sys.stderr)
+        return 130
+
+
+def _train_in(run_path: Path, config: ImpalaConfig, *, resume: bool, progress: bool) -> int:
+    """Open (or create) the run directory and train in it; the exit status."""
+    from batchenv.run_dir import RunDirectory
+
+    from .errors import ActorDiedError, ActorTimeoutError
+    from .modes import trainer_class
+
+    try:
+        if resume:
             run = RunDirectory(run_path, "impala", resume=True)
-            checkpoint = run.load_checkpoint()
         else:
-            run = RunDirectory(args.logdir, "impala", config, seed=config.seed, env_id=config.env)
-            checkpoint = None
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        print(f"batchenv train impala: {error}", file=sys.stderr)
-        return 2
+            run = RunDirectory(run_path, "impala", config, seed=config.seed, env_id=config.env)
+    except (FileExistsError, FileNotFoundError) as error:
+        return fail("train impala", error)
     with run:
+        checkpoint = run.load_checkpoint() if resume else None
         if checkpoint is not None and checkpoint["step"] >= config.total_steps:
             print(
                 f"{run.path}: already trained {checkpoint['step']} of {config.total_steps} "
@@ -162,18 +181,11 @@ def train(args: argparse.Namespace) -> int:
         )
         try:
             trainer = trainer_class(config.mode)(
-                config, run_dir=run, checkpoint=checkpoint, progress=not args.no_progress
+                config, run_dir=run, checkpoint=checkpoint, progress=progress
             )
             result = trainer.train()
-        except KeyboardInterrupt:
-            print(
-                f"\ninterrupted; checkpoint saved in {run.path} (resume with batchenv train "
-                f"impala --resume {run.path}); it holds every learner step taken",
-                file=sys.stderr,
-            )
-            return 130
         except (ActorDiedError, ActorTimeoutError) as error:
-            print(f"batchenv train impala: {error}", file=sys.stderr)
+            print(f"batchenv train impala: error: {error}", file=sys.stderr)
             return 1
     last = f"{result.returns[-1][1]:.1f}" if result.returns else "n/a"
     print(
@@ -184,9 +196,9 @@ def train(args: argparse.Namespace) -> int:
 
 
 def preflight(config: ImpalaConfig) -> None:
-    """Checks before anything is created: the device, the env id and its extras (ValueError
-    with one line saying what to do); a warning on stderr when bf16 would be slow here."""
-    from batchenv.preflight import bf16_is_slow, check_device, check_gym_env
+    """Checks before anything is created: the device, the env id and its extras, Ray for
+    distributed mode (ValueError with one line saying what to do)."""
+    from batchenv.preflight import check_device, check_gym_env
 
     check_device(config.device)
     if config.mode == "distributed":
@@ -196,19 +208,11 @@ def preflight(config: ImpalaConfig) -> None:
             raise ValueError('--mode distributed needs the ray extra: pip install -e ".[ray]"')
     if isinstance(config.env, str):
         check_gym_env(config.env)
-    if config.precision == "bf16":
-        slow = bf16_is_slow(config.device)
-        if slow:
-            print(
-                f"batchenv train impala: warning: --precision bf16 asked for, but {slow}; "
-                "use --precision fp32",
-                file=sys.stderr,
-            )
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``batchenv evaluate RUN_DIR`` for IMPALA runs."""
-    parser.add_argument("--episodes", type=int, default=10, help="episodes to play")
+    parser.add_argument("--episodes", type=whole_number, default=10, help="episodes to play")
     parser.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
     parser.add_argument(
         "--sample", action="store_true", help="sample actions (default: the most likely action)"
@@ -216,33 +220,34 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
-    """Play ``--episodes`` episodes with the run's latest checkpoint; log an eval row."""
+    """Play ``--episodes`` episodes with the run's latest checkpoint and print one line;
+    the run directory is only read."""
     import numpy as np
     import torch
 
-    from batchenv.run_dir import RunDirectory
+    from batchenv.cli_common import evaluation_line
 
     from .envs import env_constructor
     from .trainer import build_model
 
-    with RunDirectory(run_dir, "impala", resume=True) as run:
-        checkpoint = run.load_checkpoint()
-        if checkpoint is None:
-            print(f"batchenv evaluate: {run_dir} has no checkpoint yet", file=sys.stderr)
-            return 1
-        config = _stored_config(run.record)
-        model = build_model(
-            config, tuple(checkpoint["observation_shape"]), checkpoint["num_actions"]
-        )
-        model.load_state_dict(checkpoint["model"])
-        model.train(getattr(args, "sample", False))
-        env = env_constructor(config.env)()
-        returns = []
+    episodes = getattr(args, "episodes", 10)
+    if episodes < 1:
+        return fail("evaluate", f"--episodes must be >= 1, got {episodes}")
+    if not (run_dir / CHECKPOINT_NAME).exists():
+        return fail("evaluate", f"{run_dir} has no checkpoint yet, so there is nothing to evaluate")
+    config = _stored_config(json.loads((run_dir / "config.json").read_text()))
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, map_location="cpu", weights_only=False)
+    model = build_model(config, tuple(checkpoint["observation_shape"]), checkpoint["num_actions"])
+    model.load_state_dict(checkpoint["model"])
+    model.train(getattr(args, "sample", False))
+    env = env_constructor(config.env)()
+    returns, lengths = [], []
+    try:
         with torch.no_grad():
-            for episode in range(getattr(args, "episodes", 10)):
+            for episode in range(episodes):
                 observ, _ = env.reset(seed=getattr(args, "seed", 12345) + episode)
                 state = model.initial_state(1)
-                reward, done, last_action, total = 0.0, True, 0, 0.0
+                reward, done, last_action, total, length = 0.0, True, 0, 0.0, 0
                 while True:
                     inputs = {
                         "frame": torch.as_tensor(np.asarray(observ)[None, None]),
@@ -254,16 +259,54 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
                     last_action = int(outputs["action"][0, 0])
                     observ, reward, terminated, truncated, _ = env.step(last_action)
                     total += float(reward)
+                    length += 1
                     done = False
                     if terminated or truncated:
                         break
                 returns.append(total)
+                lengths.append(length)
+    finally:
         env.close()
-        mean = float(np.mean(returns))
-        run.log(checkpoint["step"], "eval", mean_score=mean, episodes=len(returns))
-        run.plot_curve()
-    print(
-        f"{run_dir}: {len(returns)} episodes at step {checkpoint['step']}: mean return "
-        f"{mean:.1f} (min {min(returns):.1f}, max {max(returns):.1f})"
+    line = evaluation_line(
+        run_dir,
+        step=int(checkpoint["step"]),
+        mean_return=float(np.mean(returns)),
+        episodes=len(returns),
+        mean_length=float(np.mean(lengths)),
     )
+    print(line)
     return 0
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _warn_if_bf16_is_slow(config: ImpalaConfig) -> None:
+    from batchenv.preflight import bf16_is_slow
+
+    slow = bf16_is_slow(config.device) if config.precision == "bf16" else None
+    if slow:
+        print(
+            f"batchenv train impala: warning: --precision bf16 asked for, but {slow}; "
+            "use --precision fp32",
+            file=sys.stderr,
+        )
+
+
+def _checkpoint_time(run_path: Path) -> int | None:
+    """When the run's checkpoint was last written (ns), or None when it has none."""
+    try:
+        return (run_path / CHECKPOINT_NAME).stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _interrupted(run_path: Path, saved_before: int | None) -> str:
+    """What Ctrl-C left behind: a checkpoint written now, or what was there before."""
+    saved = _checkpoint_time(run_path)
+    if saved is None or saved == saved_before:
+        return unsaved_interrupt_line("impala", run_path)
+    return (
+        f"interrupted; checkpoint saved in {run_path} (resume with batchenv train impala "
+        f"--resume {run_path}); it holds every learner step taken"
+    )

@@ -123,7 +123,8 @@ class ImpalaConfig:
     log_every: int = 0
     """Agent steps between metrics rows instead of log_interval seconds (0: by time)."""
     checkpoint_interval: float = 600.0
-    """Seconds between checkpoints (one is always written at the end and on Ctrl-C)."""
+    """Seconds between checkpoints (one is also written at the end, and on Ctrl-C once the
+    actors have started)."""
     torch_threads: int = 1
     """torch threads of the learner process (actors always use 1)."""
 

@@ -1,10 +1,12 @@
 """IMPALA as a session of an experiment (the trainer protocol of batchenv.experiment).
 
 A spec's ``config`` holds :class:`ImpalaConfig` fields; ``meta.steps`` sets
-``total_steps``, ``meta.seed`` ``seed`` and ``meta.eval_every`` ``log_every`` (agent steps
-between metrics rows; default: 1/50 of the run, at least one learner batch), so sessions
-of a trial have checkpoints at the same steps. A checkpoint's return is the mean return of
-the training episodes finished since the previous one (IMPALA has no separate eval phase).
+``total_steps``, ``meta.seed`` ``seed`` and ``meta.log_frequency`` (or ``meta.eval_every``,
+when log_frequency is unset) ``log_every`` (agent steps between metrics rows; default: 1/50
+of the run, at least one learner batch), so sessions of a trial have checkpoints at the
+same steps. A checkpoint's return is the mean return of the training episodes finished
+since the previous one (IMPALA has no separate eval phase; SLM Lab averages the last 100
+episodes instead); a checkpoint where none finished is not reported.
 The learner threads and actor processes race, so IMPALA sessions are seeded but, like
 TorchBeast's, not bitwise reproducible.
 
@@ -35,7 +37,13 @@ class ImpalaTrainer:
     """IMPALA (sync or async mode) under the trainer protocol."""
 
     config_class = ImpalaConfig
-    meta_fields = {"env": "env", "steps": "total_steps", "seed": "seed", "eval_every": "log_every"}
+    meta_fields = {
+        "env": "env",
+        "steps": "total_steps",
+        "seed": "seed",
+        "eval_every": "log_every",
+        "log_frequency": "log_every",
+    }
     default_env = "CartPole-v1"
 
     def make_config(
@@ -46,13 +54,23 @@ class ImpalaTrainer:
         steps: int | None,
         seed: int,
         eval_every: int | None,
+        log_frequency: int | None = None,
     ) -> ImpalaConfig:
         config = ImpalaConfig(env=env, seed=seed).replace(**dict(values))
         if steps is not None:
             config = config.replace(total_steps=steps)
+        if log_frequency is not None:
+            eval_every = log_frequency
         if eval_every is None:
             eval_every = max(config.steps_per_batch, config.total_steps // CHECKPOINTS)
         return config.replace(log_every=eval_every)
+
+    def check(self, config: ImpalaConfig) -> None:
+        """What ``batchenv train impala`` checks first: the device, the env id and its
+        extras (ValueError with one line saying what to do)."""
+        from .cli import preflight
+
+        preflight(config)
 
     def cpus(self, config: ImpalaConfig) -> int:
         """Actor processes (sync) or env workers (async) plus the learner's threads."""

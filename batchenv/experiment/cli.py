@@ -6,7 +6,9 @@
     batchenv spec batchppo [--env ENV]          # a complete spec, every field documented
     batchenv benchmark specs/ [--sessions 4]    # a Markdown table of trials, SLM Lab style
 
-A spec that cannot run fails before anything is written, with one line and exit code 2.
+A spec that cannot run fails before anything is written, with one line and exit code 2
+(``batchenv run: error: ...``); a session that fails while running exits with 1, Ctrl-C
+with 130.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
     except SpecError as error:
         return _fail("run", str(error))
     except SessionFailedError as error:
-        print(f"batchenv run: {error}{error.__cause__ or ''}", file=sys.stderr)
+        print(f"batchenv run: error: {error}{error.__cause__ or ''}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

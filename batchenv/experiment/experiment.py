@@ -44,7 +44,7 @@ from .session import run_session
 from .spec import MODES, Spec, SpecError, load_spec
 from .trial import TRIAL_NAME, TrialResult, TrialRun, read_trial
 
-__all__ = ["ExperimentResult", "run"]
+__all__ = ["ExperimentResult", "run", "write_search_outputs"]
 
 SPEC_NAME = "spec.yaml"
 RECORD_NAME = "run.json"
@@ -117,7 +117,7 @@ def run(
                 f"{path} was run with --backend {started_on}; resume it with that backend"
             )
         backend = started_on
-        _preflight(spec, mode)
+        _preflight(spec, mode, backend, address)
         executor = _executor(backend, mode, address, executor)
     else:
         if mode not in MODES:
@@ -129,7 +129,7 @@ def run(
         if mode == "dev":
             spec = dataclasses.replace(spec, meta=dataclasses.replace(spec.meta, sessions=1))
         backend = backend or "local"
-        _preflight(spec, mode)
+        _preflight(spec, mode, backend, address)
         executor = _executor(backend, mode, address, executor)
         path = _new_run_directory(Path(runs_dir), spec.name)
         spec.dump(path / SPEC_NAME)
@@ -177,14 +177,31 @@ def run(
         failed = [trial.exception for trial in ran if trial.exception is not None]
         if mode == "train" and failed:
             raise failed[0]
-    result = ExperimentResult(path, mode, _read_trials(path, spec))
-    if mode == "search":
-        _write_table(result, spec)
-        _write_best(result, spec)
-        _plot_experiment(result, spec)
+    if resume is not None:  # every number again from the per-checkpoint data
+        from .analyze import analyze_run
+
+        result = analyze_run(path)
+    else:
+        result = ExperimentResult(path, mode, _read_trials(path, spec))
+        if mode == "search":
+            write_search_outputs(result, spec)
     if progress:
+        if mode != "search":  # a search's trial lines carry their notes
+            for trial in result.trials:
+                if trial.note:
+                    print(f"batchenv run: trial {trial.number}: {trial.note}", file=sys.stderr)
         _print_summary(result)
     return result
+
+
+def write_search_outputs(result: ExperimentResult, spec: Spec) -> None:
+    """A search's experiment.csv, best_spec.yaml, experiment.png and trials.png (also
+    written by ``batchenv analyze``)."""
+    from .analyze import plot_search
+
+    _write_table(result, spec)
+    _write_best(result, spec)
+    plot_search(result, spec)
 
 
 # --- modes ----------------------------------------------------------------------------------
@@ -211,21 +228,23 @@ def _run_dev(plan: Plan, progress: bool) -> None:
 def _run_trials(plan: Plan, executor: Executor, mode: str, progress: bool) -> list[TrialResult]:
     bar = None
     if progress:
-        from tqdm import tqdm
+        from .progress import StepProgress
 
-        total = plan.spec.meta.trials if mode == "search" else 1
-        bar = tqdm(total=total, unit="trial", dynamic_ncols=True)
-        if plan.study is not None:
-            bar.update(min(total, sum(1 for t in plan.study.trials if t.state.is_finished())))
-        elif mode == "search":
-            done = [t for t in _read_trials(plan.path, plan.spec) if t.status != "running"]
-            bar.update(min(total, len(done)))
+        finished = {t.number for t in _read_trials(plan.path, plan.spec) if t.status != "running"}
+        bar = StepProgress(
+            plan.path,
+            trials=plan.max_trials if mode == "search" else 1,
+            sessions=plan.spec.meta.sessions,
+            steps=_session_steps(plan.spec),
+            finished=finished,
+        )
 
     def on_trial(result: TrialResult) -> None:
         if bar is None:
             return
-        bar.update(1)
-        bar.write(_trial_line(result))
+        bar.trial_done(result.number)
+        if mode == "search":  # train: the summary at the end is this trial's line
+            bar.write(_trial_line(result))
 
     try:
         results = executor.run(plan, on_trial)
@@ -239,21 +258,36 @@ def _run_trials(plan: Plan, executor: Executor, mode: str, progress: bool) -> li
     return results
 
 
+def _session_steps(spec: Spec) -> int | None:
+    """Env steps of one session (its config's steps field), or None when unknown."""
+    name = getattr(spec.trainer(), "meta_fields", {}).get("steps")
+    steps = getattr(spec.make_config(spec.session_seed(0, 0)), name, None) if name else None
+    return steps if isinstance(steps, int) and steps > 0 else None
+
+
+#: The metrics a trial's line shows, in this order.
+_LINE_METRICS = ("total_reward_ma", "final_return", "strength", "stability", "consistency")
+
+
+def _metrics_text(metrics: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{name} {metrics[name]:.4g}"
+        for name in _LINE_METRICS
+        if isinstance(metrics.get(name), (int, float)) and math.isfinite(metrics[name])
+    )
+
+
 def _trial_line(result: TrialResult) -> str:
     values = " ".join(f"{key}={_short(value)}" for key, value in result.values.items())
     head = f"trial {result.number}"
     if result.status == "done":
-        metrics = result.metrics
-        body = (
-            f"total_reward_ma {metrics.get('total_reward_ma', math.nan):.2f}, strength "
-            f"{metrics.get('strength', math.nan):.2f}, consistency "
-            f"{metrics.get('consistency', math.nan):.2f}"
-        )
+        body = _metrics_text(result.metrics)
     elif result.status == "pruned":
         body = "pruned"
     else:
         body = f"failed: {(result.error or '').splitlines()[0]}"
-    return f"{head}: {body}" + (f"  [{values}]" if values else "")
+    note = f"; {result.note}" if result.note else ""
+    return f"{head}: {body}{note}" + (f"  [{values}]" if values else "")
 
 
 def _print_summary(result: ExperimentResult) -> None:
@@ -261,20 +295,19 @@ def _print_summary(result: ExperimentResult) -> None:
     if best is None:
         print(f"batchenv run: no trial finished; see {result.path}", file=sys.stderr)
         return
-    metrics = ", ".join(
-        f"{name} {best.metrics[name]:.3g}"
-        for name in ("final_return", "strength", "stability", "consistency")
-        if isinstance(best.metrics.get(name), float) and math.isfinite(best.metrics[name])
-    )
-    where = f"trial {best.number}" if result.mode == "search" else "trial"
-    print(f"batchenv run: {where}: {metrics}; {result.path}", file=sys.stderr)
+    where = f"best trial {best.number}" if result.mode == "search" else "trial"
+    print(f"batchenv run: {where}: {_metrics_text(best.metrics)}; {result.path}", file=sys.stderr)
 
 
 # --- checks, run directory, study -----------------------------------------------------------
 
 
-def _preflight(spec: Spec, mode: str) -> None:
-    """Everything that would fail later, checked before the run directory exists."""
+def _preflight(spec: Spec, mode: str, backend: str, address: str | None) -> None:
+    """Everything that would fail later, checked before the run directory exists (the
+    backend first: --backend ray names every package it misses, optuna included)."""
+    from .ray_backend import check_backend
+
+    check_backend(backend, mode, address)
     if mode == "search":
         if not spec.space:
             raise SpecError(
@@ -293,9 +326,8 @@ def _preflight(spec: Spec, mode: str) -> None:
 
 def _executor(backend: str, mode: str, address: str | None, given: Executor | None) -> Executor:
     """``given``, or the executor of ``backend``, connected (Ray) before anything is written."""
-    from .ray_backend import RayExecutor, check_backend
+    from .ray_backend import RayExecutor
 
-    check_backend(backend, mode, address)
     if given is not None:
         return given
     if backend == "local":
@@ -452,48 +484,21 @@ def _write_best(result: ExperimentResult, spec: Spec) -> Path | None:
     best = result.best
     if best is None:
         return None
+    # Its values, and the base seed that gives its sessions' seeds to a train run (trial 0).
     chosen = spec.with_values(best.values)
-    chosen = dataclasses.replace(chosen, search={}, meta=dataclasses.replace(chosen.meta, trials=1))
+    seed = spec.session_seed(best.number, 0)
+    meta = dataclasses.replace(chosen.meta, trials=1, seed=seed)
+    chosen = dataclasses.replace(chosen, search={}, meta=meta)
     target = result.path / BEST_NAME
     chosen.dump(target)
+    seeds = [chosen.session_seed(0, s) for s in range(meta.sessions)]
     header = (
         f"# The best trial (t{best.number}, strength {best.metrics.get('strength', math.nan):.4g})"
-        f" of {result.path.name}: batchenv run {BEST_NAME} --mode train\n"
+        f" of {result.path.name}: its values, and meta.seed {seed}\n# for its sessions' seeds "
+        f"{seeds}. Rerun it: batchenv run {BEST_NAME} --mode train\n"
     )
     target.write_text(header + target.read_text())
     return target
-
-
-def _plot_experiment(result: ExperimentResult, spec: Spec) -> None:
-    try:
-        from .plots import plot_experiment, plot_trials_overlay
-        from .session import read_checkpoints
-    except ImportError:
-        return
-    done = [t for t in result.trials if t.status == "done"]
-    if not done:
-        return
-    try:
-        rows = [{**t.values, **t.metrics} for t in done]
-        plot_experiment(
-            rows,
-            spec.space.names,
-            ["strength", "total_reward_ma", "sample_efficiency", "stability", "consistency"],
-            result.path / "experiment.png",
-            f"{spec.name}: {len(done)} trials",
-        )
-        series = {}
-        for trial in sorted(done, key=lambda t: _sort_key(t.metrics.get("strength")), reverse=True):
-            checkpoints = read_checkpoints(trial.path / "s0")
-            series[f"t{trial.number}"] = (
-                [row["frame"] for row in checkpoints],
-                [row["total_reward"] for row in checkpoints],
-            )
-        plot_trials_overlay(
-            series, result.path / "trials.png", f"{spec.name}: session 0 of each trial, best first"
-        )
-    except ImportError:
-        pass
 
 
 def _cell(value: Any) -> Any:

@@ -24,7 +24,9 @@ strengths at checkpoint ``i`` (as SLM Lab computes it: on strengths, not raw ret
 sessions cut to the shortest.
 
 Where SLM Lab divides by a sum that is zero or negative (the ratio blows up or flips sign),
-these functions return NaN and emit a :class:`MetricWarning` that names the metric.
+these functions return NaN and emit a :class:`MetricWarning` that names the metric; given a
+``notes`` list they append the warnings to it instead, and :func:`explain_nan` turns the
+notes of a trial into one line (what the experiment prints once per trial).
 
 Edge cases:
 
@@ -82,12 +84,32 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 
 
+#: Why a metric came out NaN (:attr:`MetricWarning.reason`).
+NO_RETURN = "no finite return"
+NOT_ABOVE_RANDOM = "not above random"
+
+
 class MetricWarning(RuntimeWarning):
-    """A metric came out NaN because its definition breaks down on this data."""
+    """A metric came out NaN because its definition breaks down on this data.
+
+    ``metric`` names it (``"*"``: every metric); ``reason`` is :data:`NO_RETURN` or
+    :data:`NOT_ABOVE_RANDOM`.
+    """
+
+    def __init__(self, message: str, metric: str = "*", reason: str = NOT_ABOVE_RANDOM):
+        super().__init__(message)
+        self.metric = metric
+        self.reason = reason
 
 
-def _warn(message: str) -> None:
-    warnings.warn(message, MetricWarning, stacklevel=3)
+Notes = list  # of MetricWarning: what a ``notes=`` argument collects
+
+
+def _warn(warning: MetricWarning, notes: Notes | None) -> None:
+    if notes is not None:
+        notes.append(warning)
+    else:
+        warnings.warn(warning, stacklevel=3)
 
 
 def _as_series(values: Sequence[float], name: str) -> np.ndarray:
@@ -97,29 +119,31 @@ def _as_series(values: Sequence[float], name: str) -> np.ndarray:
     return array
 
 
-def _efficiency(strengths: np.ndarray, ts: np.ndarray, name: str) -> float:
+def _efficiency(strengths: np.ndarray, ts: np.ndarray, name: str, notes: Notes | None) -> float:
     """``sum(str_i / t_i) / sum(str_i)``; ``t_i = 0`` left out of the numerator only."""
     counted = np.isfinite(ts) & (ts != 0)
     denominator = float(strengths.sum())
     if denominator <= 0:
-        _warn(
+        message = (
             f"{name} is NaN: the sum of local strengths ({denominator:.6g}) is <= 0, so the "
             "strength-weighted mean of 1/t is undefined (the policy is no better than random)."
         )
+        _warn(MetricWarning(message, name), notes)
         return float("nan")
     return float((strengths[counted] / ts[counted]).sum() / denominator)
 
 
-def _stability(strengths: np.ndarray) -> float:
+def _stability(strengths: np.ndarray, notes: Notes | None) -> float:
     if len(strengths) < 2:
         return float("nan")
     drops = np.minimum(np.diff(strengths), 0.0)
     denominator = float(strengths[:-1].sum())
     if denominator <= 0:
-        _warn(
+        message = (
             f"stability is NaN: the sum of local strengths before the last checkpoint "
             f"({denominator:.6g}) is <= 0, so the relative size of the drops is undefined."
         )
+        _warn(MetricWarning(message, "stability"), notes)
         return float("nan")
     return float(1.0 - abs(drops.sum() / denominator))
 
@@ -129,6 +153,8 @@ def session_metrics(
     frames: Sequence[float],
     opt_steps: Sequence[float] | None = None,
     random_return: float = 0.0,
+    *,
+    notes: Notes | None = None,
 ) -> dict[str, float]:
     """The scalar metrics of one session, keyed as :data:`SESSION_METRIC_NAMES`.
 
@@ -140,6 +166,8 @@ def session_metrics(
             ``training_efficiency`` NaN.
         random_return: mean return of a uniformly random policy on the env
             (see ``batchenv.experiment.baseline.random_return``).
+        notes: a list that collects the :class:`MetricWarning` of each NaN metric instead
+            of warning (None: warn).
 
     Returns:
         ``strength``, ``max_strength``, ``final_strength``, ``sample_efficiency``,
@@ -168,7 +196,8 @@ def session_metrics(
     kept = ~np.isnan(returns_)
     returns_, frames_ = returns_[kept], frames_[kept]
     if len(returns_) == 0:
-        _warn("session_metrics got no checkpoint with a finite return; every metric is NaN.")
+        message = "session_metrics got no checkpoint with a finite return; every metric is NaN."
+        _warn(MetricWarning(message, "*", NO_RETURN), notes)
         result = dict.fromkeys(SESSION_METRIC_NAMES, nan)
         result["frames"] = last_frame
         return result
@@ -180,22 +209,24 @@ def session_metrics(
         "strength": float(strengths.mean()),
         "max_strength": float(strengths.max()),
         "final_strength": float(strengths[-1]),
-        "sample_efficiency": _efficiency(strengths, frames_, "sample_efficiency"),
+        "sample_efficiency": _efficiency(strengths, frames_, "sample_efficiency", notes),
         "training_efficiency": (
-            nan if steps is None else _efficiency(strengths, steps[kept], "training_efficiency")
+            nan
+            if steps is None
+            else _efficiency(strengths, steps[kept], "training_efficiency", notes)
         ),
-        "stability": _stability(strengths),
+        "stability": _stability(strengths, notes),
     }
 
 
-def consistency(series: Sequence[Sequence[float]]) -> float:
+def consistency(series: Sequence[Sequence[float]], *, notes: Notes | None = None) -> float:
     """SLM Lab's consistency of several sessions' local-strength series.
 
     ``1 - 2 * sum_i sigma_i / sum_i mu_i``, with ``mu_i`` and ``sigma_i`` the mean and sample
     standard deviation (ddof=1) across sessions at checkpoint ``i``. The series are cut to
     the shortest; a checkpoint where any session is NaN is left out. NaN for fewer than two
     sessions or no common checkpoint (silently), and when ``sum_i mu_i <= 0`` (with a
-    :class:`MetricWarning`).
+    :class:`MetricWarning`, or a note in ``notes``).
 
     Example::
 
@@ -214,10 +245,11 @@ def consistency(series: Sequence[Sequence[float]]) -> float:
     sigma = table.std(axis=0, ddof=1)
     denominator = float(mu.sum())
     if denominator <= 0:
-        _warn(
+        message = (
             f"consistency is NaN: the sum over checkpoints of the mean local strength "
             f"({denominator:.6g}) is <= 0, so the relative spread is undefined."
         )
+        _warn(MetricWarning(message, "consistency"), notes)
         return float("nan")
     return float(1.0 - 2.0 * sigma.sum() / denominator)
 
@@ -227,13 +259,15 @@ def _nanmean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else float("nan")
 
 
-def trial_metrics(sessions: Sequence[Mapping]) -> dict[str, float]:
+def trial_metrics(sessions: Sequence[Mapping], *, notes: Notes | None = None) -> dict[str, float]:
     """The scalar metrics of one trial, keyed as :data:`METRIC_NAMES`.
 
     Args:
         sessions: one mapping per session with ``returns``, ``frames``, optionally
             ``opt_steps`` and ``random_return`` (default 0.0), as :func:`session_metrics`
             takes them.
+        notes: a list that collects the :class:`MetricWarning` of each NaN metric (of
+            every session, and consistency) instead of warning (None: warn).
 
     Returns:
         The mean over sessions of every :func:`session_metrics` scalar (sessions where it
@@ -258,7 +292,13 @@ def trial_metrics(sessions: Sequence[Mapping]) -> dict[str, float]:
     for session in sessions:
         base = float(session.get("random_return", 0.0))
         per_session.append(
-            session_metrics(session["returns"], session["frames"], session.get("opt_steps"), base)
+            session_metrics(
+                session["returns"],
+                session["frames"],
+                session.get("opt_steps"),
+                base,
+                notes=notes,
+            )
         )
         strengths.append(_as_series(session["returns"], "returns") - base)
     result: dict[str, float] = {
@@ -266,6 +306,37 @@ def trial_metrics(sessions: Sequence[Mapping]) -> dict[str, float]:
     }
     finals = [m["final_return"] for m in per_session if not np.isnan(m["final_return"])]
     result["final_return_std"] = float(np.std(finals, ddof=1)) if len(finals) > 1 else float("nan")
-    result["consistency"] = consistency(strengths)
+    result["consistency"] = consistency(strengths, notes=notes)
     result["sessions"] = len(sessions)
     return {name: result[name] for name in METRIC_NAMES}
+
+
+def explain_nan(notes: Sequence[MetricWarning], sessions: int, random_return: float) -> str | None:
+    """One line saying which metrics of a trial came out NaN and why (None: none did).
+
+    ``notes`` are what :func:`trial_metrics` collected for a trial of ``sessions`` sessions.
+
+    Example::
+
+        >>> notes = []
+        >>> rows = [{"returns": [1, 2], "frames": [1, 2], "random_return": 5.0}]
+        >>> _ = trial_metrics(rows, notes=notes)
+        >>> explain_nan(notes, 1, 5.0).split(":")[0]
+        'sample_efficiency, stability NaN in 1 of 1 sessions'
+    """
+    parts = []
+    empty = sum(1 for note in notes if note.reason == NO_RETURN)
+    if empty:
+        parts.append(f"{empty} of {sessions} sessions had no checkpoint with a finished episode")
+    weak: dict[str, int] = {}
+    for note in notes:
+        if note.reason == NOT_ABOVE_RANDOM:
+            weak[note.metric] = weak.get(note.metric, 0) + 1
+    if weak:
+        counts = [count for metric, count in weak.items() if metric != "consistency"]
+        where = f" in {max(counts)} of {sessions} sessions" if counts else ""
+        parts.append(
+            f"{', '.join(weak)} NaN{where}: the return never beat the random policy's "
+            f"{random_return:.4g} on the whole (local strengths sum to <= 0)"
+        )
+    return "; ".join(parts) or None

@@ -3,13 +3,15 @@
 The session folder ``t{T}/s{S}/`` holds what ``batchenv train`` writes (config.json,
 metrics.csv, TensorBoard events, curve.png, checkpoint.pt) plus:
 
-    checkpoints.csv   one row per evaluation checkpoint (SLM Lab's columns): frame,
-                      opt_step, total_reward, total_reward_ma, wall_t
+    checkpoints.csv   one row per checkpoint (SLM Lab's columns): frame, opt_step,
+                      total_reward, total_reward_ma, wall_t
     session.json      seed, status and the session's metrics, once it finished
     session.png       return vs env steps, raw and 100-checkpoint moving average
 
 ``run_session(job)`` runs a session in this process; the trial runs each in a process of
-its own (:mod:`batchenv.experiment.pool`), which calls :func:`session_main`.
+its own (:mod:`batchenv.experiment.pool`), which calls :func:`session_main`. Everything in
+session.json and session.png is computed from checkpoints.csv (:func:`analyze_session`),
+so ``batchenv analyze`` and ``--resume`` recompute them from the per-checkpoint data.
 """
 
 from __future__ import annotations
@@ -29,22 +31,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .metrics import session_metrics
+from .metrics import MA_WINDOW, session_metrics
 from .spec import spec_from_dict
 
 __all__ = [
     "CHECKPOINTS_NAME",
     "SESSION_NAME",
     "SessionJob",
+    "analyze_session",
     "read_checkpoints",
     "run_session",
     "session_main",
+    "session_title",
 ]
 
 CHECKPOINTS_NAME = "checkpoints.csv"
 SESSION_NAME = "session.json"
 _COLUMNS = ("frame", "opt_step", "total_reward", "total_reward_ma", "wall_t")
-_MA_WINDOW = 100
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,15 @@ class SessionJob:
     @property
     def label(self) -> str:
         return f"t{self.trial}_s{self.session}"
+
+    @property
+    def title(self) -> str:
+        return session_title(self.spec_name, self.trial, self.session, self.seed)
+
+
+def session_title(name: str, trial: int, session: int, seed: int) -> str:
+    """The title of a session's plot."""
+    return f"{name} trial {trial} session {session} (seed {seed})"
 
 
 def run_session(job: SessionJob, on_report: Callable[[int, float], None] | None = None) -> dict:
@@ -104,24 +116,39 @@ def run_session(job: SessionJob, on_report: Callable[[int, float], None] | None 
     finally:
         if tracker is not None:
             tracker.finish()
+    return analyze_session(path, job.seed, job.random_return, job.title)
+
+
+def analyze_session(path: str | os.PathLike, seed: int, random_return: float, title: str) -> dict:
+    """Compute a session's metrics from its checkpoints.csv; write session.json and
+    session.png; return the result (``seed``, ``frames``, ``returns``, ``opt_steps``,
+    ``metrics``, ``notes``: why metrics are NaN, one line each).
+
+    The metrics are :func:`~batchenv.experiment.metrics.session_metrics` of the rows, plus
+    ``wall_time`` (the last row's ``wall_t``); ``training_efficiency`` needs every row's
+    ``opt_step``.
+    """
+    path = Path(path)
     rows = read_checkpoints(path)
     frames = [row["frame"] for row in rows]
     returns = [row["total_reward"] for row in rows]
     opt_steps = [row["opt_step"] for row in rows]
     known = all(not math.isnan(step) for step in opt_steps) and opt_steps
+    notes: list = []
     metrics = session_metrics(
-        returns, frames, opt_steps if known else None, random_return=job.random_return
+        returns, frames, opt_steps if known else None, random_return=random_return, notes=notes
     )
-    metrics["wall_time"] = round(sum(row["wall_t"] for row in rows[-1:]), 3)
+    metrics["wall_time"] = round(rows[-1]["wall_t"], 3) if rows else math.nan
     result = {
-        "seed": job.seed,
+        "seed": seed,
         "frames": frames,
         "returns": returns,
         "opt_steps": opt_steps,
         "metrics": metrics,
+        "notes": [str(note) for note in notes],
     }
     (path / SESSION_NAME).write_text(json.dumps({"status": "done", **result}, indent=1))
-    _plot(path, job, frames, returns)
+    _plot(path, title, frames, returns)
     return result
 
 
@@ -173,14 +200,18 @@ def read_checkpoints(path: str | os.PathLike) -> list[dict[str, float]]:
 
 
 class _Checkpoints:
-    """Appends checkpoint rows to checkpoints.csv and keeps the moving average."""
+    """Appends checkpoint rows to checkpoints.csv and keeps the moving average (SLM Lab's
+    ``total_reward_ma``: the mean of the last 100 rows' finite returns)."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.returns = {int(row["frame"]): row["total_reward"] for row in read_checkpoints(path)}
 
     def add(self, frame: int, total_reward: float, opt_step: int | None, wall: float) -> float:
-        rows = [row for row in read_checkpoints(self.path) if row["frame"] < frame]
-        recent = [row["total_reward"] for row in rows[-(_MA_WINDOW - 1) :]] + [total_reward]
+        earlier = [value for key, value in sorted(self.returns.items()) if key < frame]
+        self.returns = {key: value for key, value in self.returns.items() if key < frame}
+        self.returns[int(frame)] = float(total_reward)
+        recent = earlier[-(MA_WINDOW - 1) :] + [float(total_reward)]
         finite = [value for value in recent if not math.isnan(value)]
         ma = sum(finite) / len(finite) if finite else math.nan
         target = self.path / CHECKPOINTS_NAME
@@ -202,16 +233,11 @@ class _Checkpoints:
         return ma
 
 
-def _plot(path: Path, job: SessionJob, frames: list, returns: list) -> None:
+def _plot(path: Path, title: str, frames: list, returns: list) -> None:
     try:
         from .plots import plot_session
 
-        plot_session(
-            frames,
-            returns,
-            path / "session.png",
-            f"{job.spec_name} trial {job.trial} session {job.session} (seed {job.seed})",
-        )
+        plot_session(frames, returns, path / "session.png", title)
     except ImportError:
         pass  # matplotlib is optional: metrics and CSVs are written without it
 

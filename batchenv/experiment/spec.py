@@ -72,6 +72,10 @@ class Meta:
     """Env steps per session; None: the algorithm's default for the env."""
     eval_every: int | None = None
     """Env steps between evaluation checkpoints; None: the algorithm's default."""
+    log_frequency: int | None = None
+    """Env frames (all envs together) between checkpoints, as SLM Lab's meta.log_frequency:
+    each is the mean return of the recent training episodes, and the metrics use them;
+    None: the algorithm's default (BatchPPO 10000, IMPALA 1/50 of the run)."""
     seed: int = 0
     """Base seed: session s of trial t gets seed + 1000 * t + s (nothing from the clock)."""
     max_concurrent: int | None = None
@@ -97,7 +101,7 @@ class Meta:
         for name in ("sessions", "trials"):
             if getattr(self, name) < 1:
                 raise SpecError(f"meta.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "eval_every", "max_concurrent", "cpus_per_session"):
+        for name in ("steps", "eval_every", "log_frequency", "max_concurrent", "cpus_per_session"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise SpecError(f"meta.{name} must be >= 1 or null, got {value}")
@@ -141,12 +145,16 @@ class Spec:
 
     def make_config(self, seed: int):
         """The algorithm's config for one session with ``seed``."""
+        cadence = {}
+        if self.meta.log_frequency is not None:  # trainers without the argument work unset
+            cadence["log_frequency"] = self.meta.log_frequency
         return self.trainer().make_config(
             self.env,
             self.config,
             steps=self.meta.steps,
             seed=seed,
             eval_every=self.meta.eval_every,
+            **cadence,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,7 +261,7 @@ def spec_from_dict(name: str, data: Mapping[str, Any]) -> Spec:
         )
         space = spec.space
         _check_search(spec, trainer.config_class, space)
-        spec.make_config(spec.session_seed(0, 0))  # the algorithm's own checks
+        _check_sessions(spec, trainer, space)
     except SpecError:
         raise
     except (ValueError, TypeError) as error:
@@ -365,6 +373,26 @@ def _check_search(spec: Spec, config_class: type, space: SearchSpace) -> None:
             raise SpecError(str(error)) from None
     elif any(leaf.dist == "grid_search" for leaf in space.leaves):
         raise SpecError("grid_search leaves need meta.sampler: grid (or write choice instead)")
+
+
+def _check_sessions(spec: Spec, trainer, space: SearchSpace) -> None:
+    """The algorithm's own checks (its config's and its optional ``check(config)``) on the
+    spec, and on each value of every categorical search leaf: a wrong env id, a missing
+    extra or settings that cannot learn fail here, before the run directory exists."""
+    config = spec.make_config(spec.session_seed(0, 0))
+    check = getattr(trainer, "check", None)
+    if check is not None:
+        check(config)
+    for leaf in space.leaves:
+        for value in leaf.candidates() if leaf.is_categorical else []:
+            data = space.apply(spec.to_dict(), {leaf.path: value})
+            del data["search"]  # one value of one leaf: no variants of the variant
+            try:
+                spec_from_dict(spec.name, data)
+            except SpecError as error:
+                raise SpecError(
+                    f"{error} (search leaf {leaf.path}__{leaf.dist}: {value!r})"
+                ) from None
 
 
 def _parse_problem(error: Exception) -> str:

@@ -7,24 +7,31 @@ researcher's own class. Either way the object has:
 ``config_class``
     a dataclass of the algorithm's settings; a spec's ``config`` keys are its fields,
     each documented by a one-line docstring under the field (``batchenv spec`` prints them).
-``make_config(env, values, *, steps, seed, eval_every) -> config``
+``make_config(env, values, *, steps, seed, eval_every[, log_frequency]) -> config``
     the config for ``env`` with the spec's ``values`` applied; ``steps``, ``seed`` and
     ``eval_every`` come from the spec's ``meta`` (None: the algorithm's default). Raise
-    ValueError or TypeError for bad values.
+    ValueError or TypeError for bad values. ``log_frequency`` (env frames between
+    checkpoints, SLM Lab's meta.log_frequency) is passed only when the spec sets it, so a
+    trainer that has no such cadence need not take it.
 ``meta_fields`` (optional)
-    ``{"env": field, "steps": field, "seed": field, "eval_every": field}``: the config
-    fields the spec's ``env`` and ``meta`` set (a spec's ``config`` may not set them).
+    ``{"env": field, "steps": field, "seed": field, "eval_every": field, "log_frequency":
+    field}``: the config fields the spec's ``env`` and ``meta`` set (a spec's ``config``
+    may not set them).
 ``default_env`` (optional)
     the env ``batchenv spec ALGORITHM`` writes into its template.
+``check(config) -> None`` (optional)
+    what would make a session fail at its start (an env id that does not exist, a missing
+    extra, a device this machine lacks, settings that can never learn): raise ValueError
+    with one line saying what to do. Every spec is checked with it before anything runs.
 ``cpus(config) -> int``
     the cores one session uses (torch threads plus env worker processes), so that a trial
     never runs more sessions at once than the machine has cores for.
 ``train(config, run_dir, *, resume, progress, cpus, report) -> None``
     train one session into the folder ``run_dir`` (resume: continue from the checkpoint
     there), using at most ``cpus`` cores, and call ``report(frame, total_reward,
-    opt_step=None)`` at every evaluation checkpoint: ``frame`` env steps so far,
-    ``total_reward`` the mean return of the checkpoint's episodes, ``opt_step`` the
-    optimiser steps so far when known. ``report`` may raise to stop training early
+    opt_step=None)`` at every checkpoint: ``frame`` env steps so far, ``total_reward`` the
+    mean return of the checkpoint's episodes (NaN when there are none yet), ``opt_step``
+    the optimiser steps so far when known. ``report`` may raise to stop training early
     (pruning); let that exception through.
 
     >>> trainer = load_trainer("batchppo")
@@ -65,6 +72,7 @@ class Trainer(Protocol):
         steps: int | None,
         seed: int,
         eval_every: int | None,
+        **cadence: int,
     ) -> Any: ...
 
     def cpus(self, config: Any) -> int: ...

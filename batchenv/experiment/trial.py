@@ -2,10 +2,12 @@
 
 The trial folder ``t{T}/`` holds a folder per session, ``trial.json`` (the searched
 values, every seed, the status, the trial's metrics: means of the session metrics plus
-consistency, or the error of the session that failed) and ``trial.png`` (mean return
-± 1 std over sessions). A :class:`TrialRun` is fed the events of its sessions by the
-executor; finished sessions of an interrupted trial are read back from their folders, not
-rerun.
+consistency, or the error of the session that failed, and a ``note`` saying which metrics
+are NaN and why) and ``trial.png`` (mean return ± 1 std over sessions). A
+:class:`TrialRun` is fed the events of its sessions by the executor; finished sessions of
+an interrupted trial are not rerun: their metrics are recomputed from their
+checkpoints.csv. :func:`analyze_trial` recomputes a finished trial folder the same way
+(``batchenv analyze``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .metrics import trial_metrics
-from .session import SESSION_NAME, SessionJob
+from .metrics import explain_nan, trial_metrics
+from .session import SESSION_NAME, SessionJob, analyze_session, session_title
 from .spec import Spec
 
-__all__ = ["TRIAL_NAME", "SessionFailedError", "TrialResult", "TrialRun", "read_trial"]
+__all__ = [
+    "TRIAL_NAME",
+    "SessionFailedError",
+    "TrialResult",
+    "TrialRun",
+    "analyze_trial",
+    "read_trial",
+]
 
 TRIAL_NAME = "trial.json"
 
@@ -50,6 +59,8 @@ class TrialResult:
     path: Path | None = None
     exception: BaseException | None = field(default=None, repr=False, compare=False)
     """The :class:`SessionFailedError` of a failed trial run by this process."""
+    note: str | None = None
+    """Which metrics came out NaN and why, in one line (None: none did)."""
 
 
 class TrialRun:
@@ -93,9 +104,10 @@ class TrialRun:
         jobs = []
         for session in range(self.spec.meta.sessions):
             folder = self.path / f"s{session}"
-            done = folder / SESSION_NAME
-            if done.exists():
-                self.results[session] = json.loads(done.read_text())
+            seed = self.spec.session_seed(self.number, session)
+            if (folder / SESSION_NAME).exists():  # finished: recomputed, not rerun
+                title = session_title(self.spec.name, self.number, session, seed)
+                self.results[session] = analyze_session(folder, seed, self.random_return, title)
                 continue
             jobs.append(
                 SessionJob(
@@ -103,7 +115,7 @@ class TrialRun:
                     spec=self.spec.to_dict(),
                     trial=self.number,
                     session=session,
-                    seed=self.spec.session_seed(self.number, session),
+                    seed=seed,
                     path=str(folder),
                     cpus=self.cpus,
                     random_return=self.random_return,
@@ -138,58 +150,61 @@ class TrialRun:
 
     def result(self) -> TrialResult:
         """Write trial.json (and trial.png) and return the trial's result."""
+        note = None
         if self.error is not None:
             status, metrics, error = "failed", {}, str(self.error)
         elif self.pruned:
             status, metrics, error = "pruned", {}, None
         else:
-            sessions = [
-                {
-                    "returns": result["returns"],
-                    "frames": result["frames"],
-                    "opt_steps": _known(result.get("opt_steps")),
-                    "random_return": self.random_return,
-                }
-                for _, result in sorted(self.results.items())
-            ]
-            metrics = trial_metrics(sessions)
-            metrics["wall_time"] = max(
-                (result["metrics"].get("wall_time", 0.0) for result in self.results.values()),
-                default=0.0,
-            )
+            results = [result for _, result in sorted(self.results.items())]
+            metrics, note = _metrics(results, self.random_return)
             status, error = "done", None
-            self._plot()
-        self._write(status, metrics, error)
+            _plot(self.path, self.spec, self.number, results)
+        _write(
+            self.path,
+            self.number,
+            status,
+            self.values,
+            self.seeds,
+            self.random_return,
+            metrics,
+            error,
+            note,
+        )
         return TrialResult(
-            self.number, dict(self.values), status, metrics, error, self.path, self.error
+            self.number, dict(self.values), status, metrics, error, self.path, self.error, note
         )
 
-    def _write(self, status: str, metrics: dict | None = None, error: str | None = None) -> None:
-        record = {
-            "trial": self.number,
-            "status": status,
-            "values": self.values,
-            "seeds": self.seeds,
-            "random_return": self.random_return,
-            "metrics": {key: _json_number(value) for key, value in (metrics or {}).items()},
-            "error": error,
-        }
-        (self.path / TRIAL_NAME).write_text(json.dumps(record, indent=1))
+    def _write(self, status: str) -> None:
+        _write(self.path, self.number, status, self.values, self.seeds, self.random_return)
 
-    def _plot(self) -> None:
-        try:
-            from .plots import plot_trial
-        except ImportError:
-            return
-        series = [(r["frames"], r["returns"]) for _, r in sorted(self.results.items())]
-        try:
-            plot_trial(
-                series,
-                self.path / "trial.png",
-                f"{self.spec.name} trial {self.number}: {self.spec.algorithm} on {self.spec.env}",
-            )
-        except ImportError:
-            pass
+
+def analyze_trial(path: str | Path, spec: Spec, random_return: float) -> TrialResult:
+    """Recompute a trial folder from its sessions' checkpoints.csv: the session.json and
+    session.png of every finished session, and for a finished trial trial.json's metrics
+    and trial.png (a failed, pruned or running trial keeps its status and error).
+    ``spec`` is the trial's spec (its searched values applied); the values, seeds and
+    status come from trial.json.
+    """
+    folder = Path(path)
+    record = json.loads((folder / TRIAL_NAME).read_text())
+    number = record["trial"]
+    seeds = record.get("seeds") or []
+    results = []
+    for session, seed in enumerate(seeds):
+        session_folder = folder / f"s{session}"
+        if not (session_folder / SESSION_NAME).exists():
+            continue  # not finished (or still running elsewhere): left as it is
+        title = session_title(spec.name, number, session, seed)
+        results.append(analyze_session(session_folder, seed, random_return, title))
+    status, error = record["status"], record.get("error")
+    metrics, note = {}, None
+    if status == "done" and results:
+        metrics, note = _metrics(results, random_return)
+        _plot(folder, spec, number, results)
+    values = record.get("values") or {}
+    _write(folder, number, status, values, seeds, random_return, metrics, error, note)
+    return TrialResult(number, values, status, metrics, error, folder, None, note)
 
 
 def read_trial(path: str | Path) -> TrialResult:
@@ -207,7 +222,64 @@ def read_trial(path: str | Path) -> TrialResult:
         metrics,
         record.get("error"),
         folder,
+        note=record.get("note"),
     )
+
+
+def _metrics(results: list[dict], random_return: float) -> tuple[dict, str | None]:
+    """A trial's metrics from its sessions' results, and the line on its NaN metrics."""
+    sessions = [
+        {
+            "returns": result["returns"],
+            "frames": result["frames"],
+            "opt_steps": _known(result.get("opt_steps")),
+            "random_return": random_return,
+        }
+        for result in results
+    ]
+    notes: list = []
+    metrics = trial_metrics(sessions, notes=notes)
+    metrics["wall_time"] = max(
+        (result["metrics"].get("wall_time", 0.0) for result in results), default=0.0
+    )
+    return metrics, explain_nan(notes, len(sessions), random_return)
+
+
+def _write(
+    path: Path,
+    number: int,
+    status: str,
+    values: dict,
+    seeds: list[int],
+    random_return: float,
+    metrics: dict | None = None,
+    error: str | None = None,
+    note: str | None = None,
+) -> None:
+    record = {
+        "trial": number,
+        "status": status,
+        "values": values,
+        "seeds": seeds,
+        "random_return": random_return,
+        "metrics": {key: _json_number(value) for key, value in (metrics or {}).items()},
+        "error": error,
+        "note": note,
+    }
+    (path / TRIAL_NAME).write_text(json.dumps(record, indent=1))
+
+
+def _plot(path: Path, spec: Spec, number: int, results: list[dict]) -> None:
+    try:
+        from .plots import plot_trial
+
+        plot_trial(
+            [(result["frames"], result["returns"]) for result in results],
+            path / "trial.png",
+            f"{spec.name} trial {number}: {spec.algorithm} on {spec.env}",
+        )
+    except ImportError:
+        pass  # matplotlib is optional
 
 
 def _known(steps: list | None) -> list | None:

@@ -23,6 +23,7 @@ from batchenv.experiment import SpecError, load_spec, run
 from batchenv.experiment.metrics import trial_metrics
 from batchenv.experiment.session import read_checkpoints
 from batchenv.experiment.trial import SessionFailedError
+from tests.cli_process import batchenv_command
 from tests.experiment.toy_trainer import ToyConfig, toy_return
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,7 @@ cartpole:
   env: batchenv.kernels:CartPole
   config: {num_agents: 4, update_every: 4, update_epochs: 2, eval_episodes: 4,
            policy_layers: [16], value_layers: [16]}
-  meta: {sessions: 2, steps: 4000, seed: 3}
+  meta: {sessions: 2, steps: 4000, seed: 3, log_frequency: 500}
 """
     )
     first = run(spec, mode="train", runs_dir=tmp_path / "a", progress=False)
@@ -236,7 +237,7 @@ def test_a_session_that_raises_fails_the_trial_with_its_traceback_chained(tmp_pa
 
 def _start_driver(spec: Path, mode: str, runs: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "batchenv.cli", "run", str(spec), "--mode", mode]
+    command = batchenv_command("run", str(spec), "--mode", mode)
     command += ["--runs-dir", str(runs), "--no-progress"]
     return subprocess.Popen(command, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
 

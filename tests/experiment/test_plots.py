@@ -46,8 +46,8 @@ def test_session(tmp_path, figures):
     axes = figures[0].axes[0]
     assert axes.get_xlabel() and axes.get_ylabel() and axes.get_title() == "session"
     assert [t.get_text() for t in axes.get_legend().get_texts()] == [
-        "return",
-        "moving average (6 checkpoints)",
+        "total_reward (each checkpoint)",
+        "total_reward_ma (mean of the last 100 checkpoints)",
     ]
 
 
@@ -114,20 +114,20 @@ def test_experiment_of_one_trial_with_nan(tmp_path, figures):
     assert len([a for a in figures[0].axes if a.get_label() != "<colorbar>"]) == 2
 
 
-def test_trials_overlay(tmp_path, figures):
-    trials = {f"trial {i}": (FRAMES, curve(i)) for i in range(12)}
-    trials["trial 11"][1][3] = math.nan
-    path = plots.plot_trials_overlay(trials, tmp_path / "overlay.png", "search")
-    assert pixels(path) == (500, 1000)
+def test_trials_of_many(tmp_path, figures):
+    trials = {f"t{i}": [(FRAMES, curve(i)), (FRAMES, curve(i + 50))] for i in range(12)}
+    trials["t11"][0][1][3] = math.nan
+    path = plots.plot_trials(trials, tmp_path / "trials.png", "search")
+    assert pixels(path) == (500, 1100)
     legend = figures[0].axes[0].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [f"trial {i}" for i in range(10)]
-    assert legend.get_title().get_text() == "10 of 12 trials named"
+    assert [t.get_text() for t in legend.get_texts()] == [f"t{i} (2 s)" for i in range(10)]
+    assert legend.get_title().get_text() == "10 of 12 named"
 
 
-def test_overlay_of_one_trial(tmp_path, figures):
-    path = plots.plot_trials_overlay({"only": (FRAMES, curve(0))}, tmp_path / "o.png", "t")
-    assert pixels(path) == (500, 1000)
-    assert [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()] == ["only"]
+def test_trials_of_one_trial_of_one_session(tmp_path, figures):
+    path = plots.plot_trials({"only": [(FRAMES, curve(0))]}, tmp_path / "o.png", "t")
+    assert pixels(path) == (500, 1100)
+    assert [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()] == ["only (1 s)"]
 
 
 def test_moving_average_skips_nan():

@@ -181,6 +181,77 @@ def test_the_algorithms_own_checks_run_before_anything(tmp_path):
         load_spec(path)
 
 
+UNKNOWN_ENV = (
+    "unknown env 'CartPol-v1': expected a registered Gymnasium id such as 'CartPole-v1' "
+    "(Gymnasium says: Environment `CartPol` doesn't exist. Did you mean: `CartPole`?)"
+)
+UPDATE_EVERY = (
+    "update_every=5 is below num_agents=10: a train phase (update_every * max_length env "
+    "steps over num_agents envs) is then shorter than max_length=200 steps, so episodes that "
+    "reach the time limit never finish and no update runs; set update_every >= num_agents"
+)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("algorithm: impala\nenv: CartPol-v1\n", f"spec 'spec': {UNKNOWN_ENV}"),
+        ("algorithm: batchppo\nenv: CartPol-v1\n", f"spec 'spec': {UNKNOWN_ENV}"),
+        (
+            "algorithm: impala\nenv: CartPole-v1\n"
+            "search: {env__choice: [CartPole-v1, CartPol-v1]}\n",
+            f"spec 'spec': {UNKNOWN_ENV} (search leaf env__choice: 'CartPol-v1')",
+        ),
+        (
+            "algorithm: batchppo\nenv: Pendulum-v1\nconfig: {num_agents: 10, update_every: 5}\n",
+            f"spec 'spec': {UPDATE_EVERY}",
+        ),
+        (
+            "algorithm: batchppo\nenv: Pendulum-v1\nconfig: {num_agents: 10}\n"
+            "search: {config.update_every__choice: [10, 5]}\n",
+            f"spec 'spec': {UPDATE_EVERY} (search leaf config.update_every__choice: 5)",
+        ),
+        (
+            "algorithm: impala\nenv: CartPole-v1\nconfig: {device: 'cuda:7'}\n",
+            "spec 'spec': device 'cuda:7' asked for, but",
+        ),
+    ],
+    ids=[
+        "impala-env",
+        "batchppo-env",
+        "searched-env",
+        "update-every-below-envs",
+        "searched-update-every",
+        "device",
+    ],
+)
+def test_specs_that_cannot_start_a_session_fail_on_load(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_run_refuses_a_wrong_env_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from batchenv.cli import main
+
+    path = write(tmp_path, "bad:\n  algorithm: impala\n  env: CartPol-v1\n")
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == f"batchenv run: error: spec 'bad': {UNKNOWN_ENV}\n"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_shipped_specs_load(tmp_path):
+    from pathlib import Path
+
+    specs = Path(__file__).resolve().parents[2] / "specs"
+    for name in ("cartpole", "cartpole_workers", "pendulum"):
+        load_spec(specs / "batchppo.yaml", name)
+    load_spec(specs / "impala.yaml", "cartpole")
+    load_spec(specs / "search.yaml")
+
+
 def test_a_file_of_several_specs_needs_a_name(tmp_path):
     path = write(tmp_path, f"a: {{algorithm: {TOY}, env: toy}}\nb: {{algorithm: {TOY}, env: t}}\n")
     with pytest.raises(SpecError, match="holds 2 specs; name one: a, b"):

@@ -8,12 +8,12 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
+from tests.cli_process import python_command
 from tests.faults.fault_helpers import KINDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,7 +46,7 @@ print(" ".join(str(worker.pid) for worker in env.processes()), flush=True)
 
 def _start_script(code: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", code],
+        python_command(code),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -19,6 +19,7 @@ from batchenv.algorithms.batchppo import PRESETS, BatchPPOConfig, field_help
 from batchenv.algorithms.batchppo import cli as batchppo_cli
 from batchenv.algorithms.batchppo.train import METRICS
 from batchenv.cli import main
+from tests.cli_process import batchenv_command
 
 ROOT = Path(__file__).resolve().parents[3]
 # A few hundred steps: 4 Pendulum envs, a train phase of 4 episodes' worth (800 steps: each
@@ -39,6 +40,11 @@ SMALL = [
 def _rows(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "metrics.csv", newline="") as file:
         return list(csv.DictReader(file))
+
+
+def _files(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every file of a run directory with its size and modification time."""
+    return {path.name: (path.stat().st_size, path.stat().st_mtime_ns) for path in run_dir.iterdir()}
 
 
 def _without_timing(rows):
@@ -77,9 +83,21 @@ def test_train_resume_and_evaluate_in_process(tmp_path, capsys):
     assert _without_timing(_rows(run)) == _without_timing(_rows(whole))
 
     capsys.readouterr()
+    before = _files(run)
     assert main(["evaluate", str(run), "--episodes", "4", "--num-envs", "2"]) == 0
     out = capsys.readouterr().out
-    assert re.fullmatch(r"mean return -?\d+\.\d\d over 4 episodes \(mean length 200\.0\)\n", out)
+    assert re.fullmatch(
+        rf"{re.escape(str(run))}: mean return -?\d+\.\d\d over 4 episodes \(mean length "
+        r"200\.0\) at step 1,600\n",
+        out,
+    )
+    assert _files(run) == before  # evaluate only reads the run
+    for episodes in ("0", "-5"):
+        assert main(["evaluate", str(run), "--episodes", episodes]) == 2
+        assert capsys.readouterr().err == (
+            f"batchenv evaluate: error: --episodes must be >= 1, got {episodes}\n"
+        )
+    assert _files(run) == before
 
 
 def test_train_in_a_subprocess(tmp_path):
@@ -196,12 +214,30 @@ def test_bad_options_exit_with_a_clear_message(argv, message, capsys):
             ["--env", "batchenv.kernels:CartPole", "--set", "max_length=100"],
             "ends its episodes after 500 steps, but config.max_length=100",
         ),
+        (
+            [
+                "--env",
+                "Pendulum-v1",
+                "--num-envs",
+                "10",
+                "--set",
+                "update_every=5",
+                "--steps",
+                "2e3",
+            ],
+            "update_every=5 is below num_agents=10: a train phase (update_every * max_length "
+            "env steps over num_agents envs) is then shorter than max_length=200 steps, so "
+            "episodes that reach the time limit never finish and no update runs; set "
+            "update_every >= num_agents\n",
+        ),
     ],
-    ids=["unknown-env", "invalid-value", "short-max-length"],
+    ids=["unknown-env", "invalid-value", "short-max-length", "update-every-below-envs"],
 )
 def test_bad_configs_return_2_with_a_clear_message(tmp_path, argv, message, capsys):
     assert main(["train", "batchppo", *argv, "--logdir", str(tmp_path / "run")]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("batchenv train batchppo: error: ") and err.count("\n") == 1
+    assert message in err
     assert not (tmp_path / "run").exists()  # nothing written for a run that never started
 
 
@@ -215,7 +251,10 @@ def test_resume_errors(tmp_path, capsys):
     assert main(["train", "batchppo", "--resume", str(tmp_path / "nothing")]) == 2
     assert "is not a run directory (no config.json)" in capsys.readouterr().err
     assert main([*argv, "--logdir", str(run)]) == 2
-    assert "already holds a run; pass resume=True (--resume)" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"batchenv train batchppo: error: {run} already holds a run; continue it with "
+        f"--resume {run}, or choose another --logdir\n"
+    )
 
 
 def test_threads_sets_the_config_field():
@@ -263,6 +302,35 @@ def test_failures_before_training_are_one_line(tmp_path, monkeypatch, argv, mess
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("made", [False, True], ids=["before-the-run-directory", "after-it"])
+def test_ctrl_c_before_the_first_checkpoint_says_so(tmp_path, monkeypatch, capsys, made):
+    import importlib
+
+    from batchenv.run_dir import RunDirectory
+
+    train_module = importlib.import_module("batchenv.algorithms.batchppo.train")
+
+    run = tmp_path / "run"
+
+    def interrupted(config, logdir, resume, progress):
+        if made:
+            RunDirectory(logdir, "batchppo", config, seed=0).close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "train", interrupted)
+    argv = ["train", "batchppo", "--env", "batchenv.kernels:Pendulum", *SMALL]
+    assert main([*argv, "--logdir", str(run)]) == 130
+    err = capsys.readouterr().err.splitlines()[-1]
+    if made:
+        assert err == (
+            f"interrupted before the first checkpoint was written: {run} has no checkpoint, "
+            f"so it cannot be resumed; start a new run (in another --logdir, or delete {run} "
+            "first)"
+        )
+    else:
+        assert err == f"interrupted before {run} was created; nothing was written"
+
+
 def _wait_for(path: Path, process: subprocess.Popen, seconds: float) -> None:
     import time
 
@@ -279,7 +347,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path, when):
     import time
 
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "batchenv.cli", "train", "batchppo"]
+    command = batchenv_command("train", "batchppo")
     command += ["--env", "batchenv.kernels:Pendulum", "--steps", "1e7", *SMALL]
     if when == "in-the-first-round":  # a long first round (~10 s)
         command += ["--set", "update_every=400"]

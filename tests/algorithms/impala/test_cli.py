@@ -6,6 +6,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,10 @@ def test_every_field_is_documented() -> None:
         ({"discount": 1.5}, r"discount must lie in \[0, 1\], got 1.5"),
         ({"num_buffers": 3}, "num_buffers=3 is too few: each of the 4 actors fills 1 slots"),
         ({"actor_timeout": 0}, "ImpalaConfig.actor_timeout must be > 0, got 0"),
-        ({"mode": "polybeast"}, "ImpalaConfig.mode must be one of ('sync', 'async', 'distributed')"),
+        (
+            {"mode": "polybeast"},
+            "ImpalaConfig.mode must be one of ('sync', 'async', 'distributed')",
+        ),
         ({"placement": "ANYWHERE"}, "ImpalaConfig.placement must be one of ('PACK', 'SPREAD'"),
         ({"max_learner_queue_size": 0}, "max_learner_queue_size must be a positive integer"),
         ({"num_inference_threads": 0}, "num_inference_threads must be a positive integer"),
@@ -116,6 +120,11 @@ def test_command_line_is_generated_from_the_config() -> None:
     assert config.mode == "sync" and args.mode is None and not args.resume
     help_text = parser.format_help()
     assert "--unroll-length" in help_text and "Unrolls B per learner step" in help_text
+
+
+def _files(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every file of a run directory with its size and modification time."""
+    return {path.name: (path.stat().st_size, path.stat().st_mtime_ns) for path in run_dir.iterdir()}
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -182,9 +191,14 @@ def test_cli_smoke_train_resume_evaluate(tmp_path: Path, capsys) -> None:
     assert int(rows[-1]["step"]) == 800 and len(rows) > len(first)
     assert "done: 800 steps" in capsys.readouterr().out
 
+    before = _files(run_dir)
     assert main(["evaluate", str(run_dir), "--episodes", "2"]) == 0
-    assert _rows(run_dir)[-1]["phase"] == "eval"
-    assert "2 episodes at step 800: mean return" in capsys.readouterr().out
+    assert _files(run_dir) == before  # evaluate only reads the run
+    assert re.fullmatch(
+        rf"{re.escape(str(run_dir))}: mean return \d+\.\d\d over 2 episodes \(mean length "
+        r"\d+\.\d\) at step 800\n",
+        capsys.readouterr().out,
+    )
 
 
 def test_cli_async_mode_trains_and_resumes_in_async_mode(tmp_path: Path, capsys) -> None:
@@ -237,7 +251,7 @@ def test_cli_resume_takes_the_run_directory(tmp_path: Path, capsys) -> None:
     )
     assert main(["train", "impala", "--resume"]) == 2
     assert capsys.readouterr().err == (
-        "batchenv train impala: --resume needs the run: --resume RUN_DIR\n"
+        "batchenv train impala: error: --resume needs the run: --resume RUN_DIR\n"
     )
 
 
@@ -248,7 +262,7 @@ def test_cli_resume_of_a_run_without_checkpoint(tmp_path: Path, capsys) -> None:
     RunDirectory(tmp_path / "run", "impala", ImpalaConfig(), seed=0).close()
     assert main(["train", "impala", "--resume", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (
-        f"batchenv train impala: {tmp_path / 'run'} has no checkpoint yet, so there is "
+        f"batchenv train impala: error: {tmp_path / 'run'} has no checkpoint yet, so there is "
         "nothing to resume; start a new run instead\n"
     )
 
@@ -274,7 +288,7 @@ def test_cli_failures_before_training_are_one_line(
     monkeypatch.setitem(sys.modules, "ale_py", None)
     assert main(["train", "impala", *argv, "--logdir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"batchenv train impala: {message}") and err.count("\n") == 1
+    assert err.startswith(f"batchenv train impala: error: {message}") and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
 
 
@@ -295,3 +309,140 @@ def test_cli_warns_when_bf16_is_slow(tmp_path: Path, monkeypatch, capsys) -> Non
     argv[-1] = str(tmp_path / "b")
     assert main(argv) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def _impala_run(path: Path, step: int = 800) -> Path:
+    """A run directory with an (untrained) IMPALA checkpoint, made without training."""
+    from batchenv.algorithms.impala.trainer import build_model
+    from batchenv.run_dir import RunDirectory
+
+    config = ImpalaConfig(env="CartPole-v1", hidden_sizes=(8,))
+    model = build_model(config, (4,), 2)
+    with RunDirectory(path, "impala", config, seed=0, env_id=config.env) as run:
+        run.log(step, "train", mean_score=20.0)
+        state = {"step": step, "model": model.state_dict(), "observation_shape": (4,)}
+        run.save_checkpoint({**state, "num_actions": 2})
+    return path
+
+
+@pytest.mark.parametrize("episodes", ["0", "-5"])
+def test_evaluate_refuses_fewer_than_one_episode_and_writes_nothing(
+    tmp_path: Path, capsys, episodes: str
+) -> None:
+    run_dir = _impala_run(tmp_path / "run")
+    before = _files(run_dir)
+    assert main(["evaluate", str(run_dir), "--episodes", episodes]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"batchenv evaluate: error: --episodes must be >= 1, got {episodes}\n"
+    )
+    assert _files(run_dir) == before
+
+
+def test_evaluate_prints_one_line_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    run_dir = _impala_run(tmp_path / "run", step=1200)
+    before = _files(run_dir)
+    assert main(["evaluate", str(run_dir), "--episodes", "3", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    # An untrained policy on CartPole: short episodes, the same for the same seeds.
+    assert re.fullmatch(
+        rf"{re.escape(str(run_dir))}: mean return (\d+\.\d\d) over 3 episodes \(mean length "
+        r"(\d+\.\d)\) at step 1,200\n",
+        out,
+    )
+    mean_return, mean_length = re.search(r"return (\S+) .* length (\S+)\)", out).groups()
+    assert float(mean_return) == pytest.approx(float(mean_length), abs=0.05)  # 1 per step
+    assert _files(run_dir) == before
+    assert main(["evaluate", str(run_dir), "--episodes", "3", "--seed", "1"]) == 0
+    assert capsys.readouterr().out == out
+
+
+def test_evaluate_of_a_run_without_checkpoint_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    from batchenv.run_dir import RunDirectory
+
+    RunDirectory(tmp_path / "run", "impala", ImpalaConfig(), seed=0).close()
+    before = _files(tmp_path / "run")
+    assert main(["evaluate", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        f"batchenv evaluate: error: {tmp_path / 'run'} has no checkpoint yet, so there is "
+        "nothing to evaluate\n"
+    )
+    assert _files(tmp_path / "run") == before
+
+
+def test_steps_may_be_written_in_float_notation() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--steps", "2e6", "--num-buffers", "1e2", "--batch-size", "16.0"])
+    config = cli.config_from_args(args)
+    assert (config.total_steps, config.num_buffers, config.batch_size) == (2_000_000, 100, 16)
+    assert isinstance(config.total_steps, int)
+
+
+@pytest.mark.parametrize("value", ["2.5e0", "many", "inf"])
+def test_steps_must_be_a_whole_number(capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "impala", "--steps", value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "batchenv train impala: error: argument --steps: expected a whole number such as "
+        f"2000000 or 2e6, got {value!r}\n"
+    )
+
+
+class _Interrupted:
+    """A trainer that Ctrl-C stops: before it writes any checkpoint (``at="init"``), or
+    after it wrote one (``at="train"``, as the real trainers do on the way out)."""
+
+    at = "init"
+
+    def __init__(self, config, run_dir, checkpoint, progress):
+        self.run_dir = run_dir
+        if self.at == "init":
+            raise KeyboardInterrupt
+
+    def train(self):
+        self.run_dir.save_checkpoint({"step": 80})
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("at", ["init", "train"])
+def test_ctrl_c_says_whether_a_checkpoint_was_saved(
+    tmp_path: Path, monkeypatch, capsys, at: str
+) -> None:
+    from batchenv.algorithms.impala import modes
+
+    monkeypatch.setattr(_Interrupted, "at", at)
+    monkeypatch.setattr(modes, "trainer_class", lambda mode: _Interrupted)
+    run_dir = tmp_path / "run"
+    assert main(["train", "impala", "--logdir", str(run_dir), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    if at == "init":
+        assert err == (
+            f"\ninterrupted before the first checkpoint was written: {run_dir} has no "
+            "checkpoint, so it cannot be resumed; start a new run (in another --logdir, or "
+            f"delete {run_dir} first)\n"
+        )
+        assert not (run_dir / "checkpoint.pt").exists()
+    else:
+        assert err == (
+            f"\ninterrupted; checkpoint saved in {run_dir} (resume with batchenv train impala "
+            f"--resume {run_dir}); it holds every learner step taken\n"
+        )
+        assert (run_dir / "checkpoint.pt").exists()
+
+
+def test_ctrl_c_before_a_resumed_run_trains_keeps_its_checkpoint(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from batchenv.algorithms.impala import modes
+
+    run_dir = _impala_run(tmp_path / "run", step=80)
+    before = _files(run_dir)["checkpoint.pt"]
+    monkeypatch.setattr(modes, "trainer_class", lambda mode: _Interrupted)
+    assert main(["train", "impala", "--resume", str(run_dir), "--steps", "800"]) == 130
+    assert capsys.readouterr().err == (
+        f"\ninterrupted before training resumed; the checkpoint in {run_dir} is unchanged "
+        f"(resume with batchenv train impala --resume {run_dir})\n"
+    )
+    assert _files(run_dir)["checkpoint.pt"] == before

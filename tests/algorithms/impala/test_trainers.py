@@ -10,7 +10,6 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -33,6 +32,7 @@ from tests.algorithms.impala.trainer_helpers import (
     small_config,
     trainer_threads_left,
 )
+from tests.cli_process import python_command
 
 # Actors start from a fork server and use multiprocessing's resource tracker, both living as
 # long as this interpreter: start them now so the leftover-process check does not count them.
@@ -272,7 +272,7 @@ def test_ctrl_c_stops_everything_within_seconds(mode: str, tmp_path: Path) -> No
     shm_before = _shared_memory_entries()
     logdir = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-c", SIGINT_SCRIPT, str(logdir), mode],
+        python_command(SIGINT_SCRIPT, str(logdir), mode),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
