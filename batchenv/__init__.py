@@ -33,6 +33,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "InGraphBatchEnv": "batchenv.in_graph.in_graph_batch_env",
     "simulate": "batchenv.in_graph.simulate",
+    "rollout": "batchenv.in_graph.rollout",
+    "StackedEnv": "batchenv.in_graph.stacked_env",
     "Algorithm": "batchenv.in_graph.algorithm",
     "RandomAlgorithm": "batchenv.in_graph.algorithm",
     "InGraphEnv": "batchenv.in_graph.env",

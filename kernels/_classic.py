@@ -147,6 +147,24 @@ class ClassicControlEnv:
         self.elapsed.index_fill_(0, indices, 0)
         return self._observe(rows)
 
+    def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
+        """Draw fresh initial states for the rows where ``mask`` (bool [N]) is set; return
+        the observation of every row ``[N, obs_dim]``.
+
+        The traceable form of :meth:`reset` (no index set): ``rollout()`` calls it on every
+        step. A row's fresh start is the same as :meth:`reset` would draw for it.
+        """
+        mask = check_reset_mask(self, mask)
+        if self.backend == "triton":
+            return self._launch(None, mask)[0]
+        everyone = torch.arange(self.num_envs, device=self.device)
+        fresh = self._sample_initial(everyone)
+        self._restarts.add_(mask.to(torch.int64))
+        state = torch.where(mask[:, None], fresh, self.state)
+        self.state.copy_(state)
+        self.elapsed.copy_(torch.where(mask, 0, self.elapsed))
+        return self._observe(state)
+
     def step(
         self, action: torch.Tensor, reset_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -155,6 +155,23 @@ class TagEnvBase:
         self.elapsed = self.elapsed.index_fill(0, indices, 0)
         return self._observe(rows, self.elapsed[indices])
 
+    def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
+        """Start new episodes in the envs where ``mask`` (bool ``[E]``) is set; return the
+        observation of every env ``[E, num_agents, obs_dim]``.
+
+        The traceable form of :meth:`reset` (no index set) that ``rollout()`` calls on
+        every step; an env's fresh start is the one :meth:`reset` would draw for it.
+        """
+        mask = check_reset_mask(self, mask)
+        if self.backend == "triton":
+            return self._launch(None, mask)[0]
+        rows = torch.arange(self.num_envs, device=self.device)
+        fresh = self._fresh_state(rows, self._restarts)
+        self._restarts = self._restarts + mask.to(torch.int64)
+        self.state = torch.where(mask[:, None, None], fresh, self.state)
+        self.elapsed = torch.where(mask, 0, self.elapsed)
+        return self._observe(self.state, self.elapsed)
+
     def step(
         self, action: torch.Tensor, reset_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -142,6 +142,39 @@ class InGraphBatchEnv:
         self.truncated = self.truncated.index_fill(0, indices, False)
         return observ
 
+    def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
+        """Start new episodes in the rows where ``mask`` (bool ``[B]``) is set; return ``observ``.
+
+        The traceable form of :meth:`reset` that ``rollout()`` uses: no data-dependent shapes.
+        A NumPy BatchEnv resets inside one custom op; an InGraphEnv with its own
+        ``reset_where(mask)`` (the batchenv kernels) resets in tensor code. Any other
+        InGraphEnv falls back to :meth:`reset` on the index set (a graph break).
+
+            >>> observ = env.reset_where(env.done)   # observ.shape[0] == num_envs
+        """
+        mask = mask.to(device=self.device, dtype=torch.bool)
+        if self._backend is not None:
+            fresh = torch.ops.batchenv.batch_env_reset_where(self.clock, self.handle, mask)
+        elif callable(getattr(self.env, "reset_where", None)):
+            fresh = self.env.reset_where(mask.to(self._env_device))
+            self._check_shape("reset_where", "observ", fresh, self.num_envs, self.observ_shape)
+            fresh = fresh.to(device=self.device, dtype=self.observ_dtype)
+            if self.check_finite:
+                rows = torch.arange(self.num_envs, device=self.device)
+                _check_finite(self.clock, [fresh], "reset observation", rows)
+        else:
+            rows = torch.nonzero(mask).squeeze(-1)  # graph break: data-dependent size
+            if rows.shape[0] > 0:
+                self.reset(rows)
+            return self.observ
+        rows_mask = mask.reshape(mask.shape[0], *([1] * (self.observ.dim() - 1)))
+        self.observ = torch.where(rows_mask, fresh, self.observ)
+        reward_mask = mask.reshape(mask.shape[0], *([1] * (self.reward.dim() - 1)))
+        self.reward = torch.where(reward_mask, 0.0, self.reward)
+        self.done = self.done & ~mask
+        self.truncated = self.truncated & ~mask
+        return self.observ
+
     def step(
         self, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -278,6 +311,18 @@ class _NumpyBackend:
         observ, _ = self.env.reset(indices=rows, seed=seed)
         return self._observ(observ, rows, "returned by reset()")
 
+    def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
+        """Reset the masked rows; their observations, zeros in the other rows."""
+        rows = np.flatnonzero(mask.cpu().numpy())
+        observ = torch.zeros(
+            (self.num_envs, *self.agent_shape, *self.observ_shape),
+            dtype=self.observ_dtype,
+            device=self.device,
+        )
+        if len(rows):
+            observ[torch.as_tensor(rows, device=self.device)] = self.reset(torch.as_tensor(rows))
+        return observ
+
     def step(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
         actions = action.detach().cpu().numpy().astype(self.action_np_dtype, copy=False)
         rows = np.arange(self.num_envs)
@@ -328,6 +373,19 @@ def _batch_env_reset(clock: torch.Tensor, handle: int, indices: torch.Tensor) ->
 def _(clock: torch.Tensor, handle: int, indices: torch.Tensor) -> torch.Tensor:
     backend = _backend(handle)
     shape = (indices.shape[0], *backend.agent_shape, *backend.observ_shape)
+    return torch.empty(shape, dtype=backend.observ_dtype, device=backend.device)
+
+
+@torch.library.custom_op("batchenv::batch_env_reset_where", mutates_args=("clock",))
+def _batch_env_reset_where(clock: torch.Tensor, handle: int, mask: torch.Tensor) -> torch.Tensor:
+    clock += 1
+    return _backend(handle).reset_where(mask)
+
+
+@_batch_env_reset_where.register_fake
+def _(clock: torch.Tensor, handle: int, mask: torch.Tensor) -> torch.Tensor:
+    backend = _backend(handle)
+    shape = (backend.num_envs, *backend.agent_shape, *backend.observ_shape)
     return torch.empty(shape, dtype=backend.observ_dtype, device=backend.device)
 
 

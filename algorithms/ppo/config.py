@@ -1,0 +1,170 @@
+"""PPOConfig: PPO as PureJaxRL's ``ppo.py`` and CleanRL's ``ppo.py`` write it (docs/ppo.md).
+
+Defaults are PureJaxRL's CartPole config: 4 envs x 128 steps per update, 4 epochs of 4
+minibatches, Adam (eps 1e-5) with the learning rate annealed linearly to 0, global gradient
+norm clipped at 0.5, GAE(0.99, 0.95), clip 0.2, entropy 0.01, value 0.5, 64-64 tanh MLPs.
+
+    >>> PPOConfig().batch_size, PPOConfig().minibatch_size, PPOConfig().num_updates
+    (512, 128, 976)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class PPOConfig:
+    """Every option of ``batchenv train ppo``; one line of documentation per field."""
+
+    env_id: str = "CartPole-v1"
+    """In-graph env: CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCarContinuous-v0,
+    DiscreteTag or ContinuousTag (batchenv.kernels)."""
+    num_envs: int = 4
+    """Envs per seed, stepped in lockstep."""
+    num_steps: int = 128
+    """Steps per env in each rollout (T)."""
+    total_timesteps: int = 500_000
+    """Env steps per seed over the whole run (rounded down to whole updates)."""
+    seed: int = 0
+    """Seed of the first agent; agent k of ``seeds`` uses ``seed + k``."""
+    seeds: int = 1
+    """Independent agents trained at once, as one batched program (own parameters,
+    optimiser state and env streams)."""
+    learning_rate: float = 2.5e-4
+    """Adam step size (the start of the anneal)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the updates."""
+    adam_eps: float = 1e-5
+    """Adam's epsilon."""
+    gamma: float = 0.99
+    """Discount."""
+    gae_lambda: float = 0.95
+    """GAE's lambda."""
+    update_epochs: int = 4
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per pass."""
+    clip_eps: float = 0.2
+    """PPO's ratio clip (also the value clip)."""
+    clip_value: bool = True
+    """Clip the value loss as PureJaxRL and CleanRL do."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip (per agent)."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    bootstrap_truncated: bool = True
+    """Time-limit ends bootstrap from the value of the final observation (PureJaxRL treats
+    them as terminal)."""
+    hidden: int = 64
+    """Units of each of the two hidden layers (actor and critic alike)."""
+    activation: str = "tanh"
+    """tanh or relu."""
+    init_log_std: float = 0.0
+    """Gaussian head: initial log standard deviation (state independent)."""
+    normalize_reward: bool = False
+    """Scale rewards by a running std of the discounted return (continuous presets)."""
+    compile: bool = True
+    """Compile the rollout and the update with torch.compile (False: the same code eagerly)."""
+    unroll: int = 0
+    """Steps per compiled rollout program; 0 picks the default (see rollout())."""
+    device: str = "cpu"
+    """Where envs and networks live."""
+    torch_threads: int = 0
+    """torch.set_num_threads; 0 leaves torch's default."""
+    log_every: int = 10
+    """Write a metrics row every this many updates."""
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update and agent."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+    def check(self) -> PPOConfig:
+        """Raise ValueError (one line, what to change) for an impossible combination."""
+        for name in ("num_envs", "num_steps", "seeds", "update_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size % self.num_minibatches:
+            raise ValueError(
+                f"num_envs x num_steps = {self.batch_size} does not split into "
+                f"{self.num_minibatches} minibatches; pick num_minibatches dividing it"
+            )
+        if self.num_updates < 1:
+            raise ValueError(
+                f"total_timesteps {self.total_timesteps} is less than one update "
+                f"({self.batch_size} steps); raise it"
+            )
+        if self.activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
+        return self
+
+
+#: Spec presets: name -> overrides of the defaults (``--preset NAME``).
+PRESETS: dict[str, dict] = {
+    "cartpole": {},
+    "acrobot": {"env_id": "Acrobot-v1", "num_envs": 16, "total_timesteps": 500_000},
+    "pendulum": {
+        "env_id": "Pendulum-v1",
+        "num_envs": 16,
+        "num_steps": 256,
+        "total_timesteps": 1_000_000,
+        "learning_rate": 1e-3,
+        "num_minibatches": 32,
+        "update_epochs": 10,
+        "gamma": 0.95,
+        "ent_coef": 0.0,
+        "normalize_reward": True,
+        "init_log_std": -0.5,
+    },
+    "tag": {
+        "env_id": "DiscreteTag",
+        "num_envs": 16,
+        "num_steps": 128,
+        "total_timesteps": 2_000_000,
+        "learning_rate": 3e-4,
+        "num_minibatches": 8,
+    },
+}
+
+
+def field_help() -> dict[str, str]:
+    """Each field's one-line documentation (the attribute docstrings above)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(PPOConfig))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+            value = following.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docs[node.target.id] = " ".join(value.value.split())
+    return docs
+
+
+def make_config(preset: str | None = None, **overrides) -> PPOConfig:
+    """A checked config: the defaults, then the preset, then ``overrides``."""
+    values = dict(PRESETS.get(preset or "cartpole", {}))
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    values.update(overrides)
+    names = {f.name for f in dataclasses.fields(PPOConfig)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown PPO option(s) {unknown}; see `batchenv spec ppo`")
+    return PPOConfig(**values).check()

@@ -1,0 +1,100 @@
+"""The actor-critic of K independent agents as one flat parameter tensor ``[K, P]``.
+
+PureJaxRL's ``ActorCritic``: separate actor and critic MLPs (two hidden layers, tanh),
+orthogonal initialisation with gain sqrt(2) on hidden layers, 0.01 on the policy output and
+1.0 on the value output, zero biases; a Gaussian policy has a state-independent log std.
+
+All K agents' weights live in one tensor, so one ``baddbmm`` runs every agent's layer and
+the optimiser is one elementwise program over ``[K, P]``. Agent k's slice is initialised from
+its own seed only, so agent k of a K-agent run starts exactly as a lone run with that seed.
+
+    >>> net = ActorCritic(obs_dim=4, action_dim=2, discrete=True, hidden=64)
+    >>> params = net.init([0, 1])
+    >>> logits, value = net(params, torch.zeros(2, 5, 4))
+    >>> logits.shape, value.shape
+    (torch.Size([2, 5, 2]), torch.Size([2, 5]))
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class ActorCritic:
+    """Layout, initialisation and forward pass of the stacked actor-critic (stateless)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        discrete: bool,
+        hidden: int = 64,
+        activation: str = "tanh",
+        init_log_std: float = 0.0,
+    ):
+        self.obs_dim, self.action_dim, self.discrete = obs_dim, action_dim, discrete
+        self.activation = torch.tanh if activation == "tanh" else torch.relu
+        self.init_log_std = init_log_std
+        # (name, shape, init gain or None for zeros); actor first, then critic.
+        self.layers: list[tuple[str, tuple[int, ...], float | None]] = []
+        for head, out_dim, out_gain in (("actor", action_dim, 0.01), ("critic", 1, 1.0)):
+            sizes = (obs_dim, hidden, hidden, out_dim)
+            for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+                gain = out_gain if i == 2 else math.sqrt(2.0)
+                self.layers.append((f"{head}{i}.weight", (n_in, n_out), gain))
+                self.layers.append((f"{head}{i}.bias", (n_out,), None))
+        if not discrete:
+            self.layers.append(("log_std", (action_dim,), None))
+        self.offsets: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+        start = 0
+        for name, shape, _ in self.layers:
+            size = math.prod(shape)
+            self.offsets[name] = (start, start + size, shape)
+            start += size
+        self.num_params = start
+
+    def init(self, seeds: list[int], device: torch.device | str = "cpu") -> torch.Tensor:
+        """``[K, P]`` float32 parameters; agent k drawn from a generator seeded ``seeds[k]``."""
+        rows = []
+        for seed in seeds:
+            generator = torch.Generator().manual_seed(int(seed))
+            parts = []
+            for name, shape, gain in self.layers:
+                if gain is None:
+                    value = torch.zeros(shape)
+                    if name == "log_std":
+                        value += self.init_log_std
+                else:
+                    value = torch.empty(shape[::-1])
+                    torch.nn.init.orthogonal_(value, gain=gain, generator=generator)
+                    value = value.t()  # stored [in, out]
+                parts.append(value.reshape(-1))
+            rows.append(torch.cat(parts))
+        return torch.stack(rows).to(device)
+
+    def view(self, params: torch.Tensor, name: str) -> torch.Tensor:
+        """Agent-batched view ``[K, *shape]`` of parameter ``name``."""
+        start, end, shape = self.offsets[name]
+        return params[:, start:end].reshape(params.shape[0], *shape)
+
+    def _mlp(self, params: torch.Tensor, head: str, x: torch.Tensor) -> torch.Tensor:
+        for i in range(3):
+            weight = self.view(params, f"{head}{i}.weight")
+            bias = self.view(params, f"{head}{i}.bias")
+            x = torch.baddbmm(bias[:, None, :], x, weight)
+            if i < 2:
+                x = self.activation(x)
+        return x
+
+    def __call__(self, params: torch.Tensor, observ: torch.Tensor) -> tuple:
+        """``observ [K, M, obs_dim]`` -> ``(logits or mean [K, M, A], value [K, M])``."""
+        return self._mlp(params, "actor", observ), self._mlp(params, "critic", observ)[..., 0]
+
+    def value(self, params: torch.Tensor, observ: torch.Tensor) -> torch.Tensor:
+        return self._mlp(params, "critic", observ)[..., 0]
+
+    def log_std(self, params: torch.Tensor) -> torch.Tensor:
+        """``[K, 1, A]`` (Gaussian head only)."""
+        return self.view(params, "log_std")[:, None, :]

@@ -1,0 +1,136 @@
+"""train(): PPO on an in-graph env, read top to bottom like PureJaxRL's ``make_train``.
+
+    for update in range(num_updates):
+        rollout(env, ppo, steps=num_steps)   # T compiled steps of the four methods
+        ppo.update()                          # compiled epochs of minibatch steps
+
+K seeds (``config.seeds``) train as one program: the env is a StackedEnv of K blocks
+(block k seeded ``seed + k``) and PPO holds K parameter sets (docs/ppo.md).
+
+    >>> result = train(PPOConfig(total_timesteps=4096, compile=False))
+    >>> result.returns.shape          # [updates, seeds]
+    torch.Size([8, 1])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
+from batchenv.in_graph.rollout import rollout
+from batchenv.in_graph.stacked_env import StackedEnv
+
+from .algorithm import PPO
+from .config import PPOConfig
+
+#: In-graph envs by name -> the batchenv.kernels class that implements them.
+ENVS = {
+    "CartPole-v1": "CartPole",
+    "Acrobot-v1": "Acrobot",
+    "Pendulum-v1": "Pendulum",
+    "MountainCarContinuous-v0": "MountainCarContinuous",
+    "DiscreteTag": "DiscreteTag",
+    "ContinuousTag": "ContinuousTag",
+}
+
+
+@dataclass
+class PPOResult:
+    """What :func:`train` returns."""
+
+    returns: torch.Tensor
+    """Mean return of the episodes finished in each update's rollout ``[updates, seeds]``
+    (NaN where none finished)."""
+    losses: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Mean loss terms per update ``[updates, seeds]``."""
+    compile_seconds: float = 0.0
+    """Time of the first update beyond a steady-state update (tracing and compiling)."""
+    run_seconds: float = 0.0
+    """Wall time of the whole run, compile included."""
+    env_steps: int = 0
+    """Env steps per seed."""
+    ppo: PPO | None = None
+    """The trained algorithm (parameters of every seed)."""
+
+    @property
+    def steps_per_second(self) -> float:
+        """Env steps of all seeds per second of the run after compiling."""
+        seeds = self.returns.shape[1]
+        return self.env_steps * seeds / max(self.run_seconds - self.compile_seconds, 1e-9)
+
+    def first_reaching(self, target: float, steps_per_update: int) -> list[int | None]:
+        """Per seed, the env step at which the update return first reached ``target``."""
+        reached = []
+        for seed in range(self.returns.shape[1]):
+            hits = torch.nonzero(self.returns[:, seed] >= target).squeeze(-1)
+            reached.append(None if hits.numel() == 0 else (int(hits[0]) + 1) * steps_per_update)
+        return reached
+
+
+def make_env(config: PPOConfig) -> InGraphBatchEnv:
+    """K blocks of ``num_envs`` in-graph envs, block k seeded ``seed + k``."""
+    from batchenv import kernels
+
+    if config.env_id not in ENVS:
+        raise ValueError(
+            f"PPO trains the in-graph envs {', '.join(ENVS)}; got {config.env_id!r} "
+            "(for Gym envs in worker processes use `batchenv train batchppo --env ID`)"
+        )
+    cls = getattr(kernels, ENVS[config.env_id])
+    blocks = [
+        cls(num_envs=config.num_envs, seed=config.seed + k, device=config.device)
+        for k in range(config.seeds)
+    ]
+    # Finite values are checked by the kernels' own tests; a per-step host check would cost
+    # a synchronising op in every compiled step.
+    return InGraphBatchEnv(StackedEnv(blocks), check_finite=False)
+
+
+def train(
+    config: PPOConfig,
+    on_update: Callable[[int, torch.Tensor, dict[str, torch.Tensor]], None] | None = None,
+) -> PPOResult:
+    """Train ``config.seeds`` PPO agents; ``on_update(update, returns [K], losses)`` after each."""
+    config.check()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    env = make_env(config)
+    agents = getattr(env.env, "num_agents", None) or 1
+    ppo = PPO(
+        config,
+        env.single_observation_space,
+        env.single_action_space,
+        seeds=[config.seed + k for k in range(config.seeds)],
+        num_agents=agents,
+    )
+    unroll = config.unroll or None
+    returns, losses = [], {}
+    started = time.perf_counter()
+    first_update = 0.0
+    for update in range(config.num_updates):
+        tic = time.perf_counter()
+        rollout(env, ppo, steps=config.num_steps, unroll=unroll, compile=config.compile)
+        terms = ppo.update()
+        update_returns = ppo.episode_stats()
+        returns.append(update_returns)
+        for name, value in terms.items():
+            losses.setdefault(name, []).append(value.detach())
+        if update == 0:
+            first_update = time.perf_counter() - tic
+        if on_update is not None:
+            on_update(update, update_returns, terms)
+    run_seconds = time.perf_counter() - started
+    updates = config.num_updates
+    steady = (run_seconds - first_update) / max(updates - 1, 1)
+    return PPOResult(
+        returns=torch.stack(returns),
+        losses={name: torch.stack(values) for name, values in losses.items()},
+        compile_seconds=max(first_update - steady, 0.0),
+        run_seconds=run_seconds,
+        env_steps=updates * config.batch_size,
+        ppo=ppo,
+    )

@@ -1,0 +1,258 @@
+"""rollout(): T steps of ``simulate()`` as one compiled program (docs/rollout.md).
+
+``rollout(env, algo, steps=T)`` does exactly what T calls of ``simulate(env, algo)`` do, in the
+same order, and returns their ``done`` and ``score`` stacked to ``[T, B]``. The difference is
+how it runs: the T steps are traced by ``torch.compile`` with ``fullgraph=True`` (no graph
+break anywhere), in chunks of ``unroll`` steps, so a step costs a few microseconds of fused
+kernels instead of ~100 us of Python and dispatch.
+
+What makes a step traceable:
+
+- **Finished rows are a mask, not an index set.** At the top of each step the rows whose
+  ``done`` is set are reset with ``env.reset_where(mask)`` (an optional InGraphEnv method:
+  fresh starts for the masked rows, the observation of every row), and ``score``/``length``
+  are zeroed with ``torch.where``. The batchenv kernels and NumPy BatchEnvs provide it.
+- **The algorithm takes masks.** An algorithm whose class sets ``episode_masks = True`` gets
+  ``begin_episodes(mask)`` and ``end_episodes(mask)`` with a bool ``[B]`` mask, on *every*
+  step (the mask may be all False). One that keeps the index-set form can still run through
+  ``simulate()`` step by step; ``rollout()`` refuses it up front, naming the method. An
+  algorithm that overrides neither needs nothing.
+- **Every method is plain tensor code**: no ``.item()``, ``print``, ``if tensor:``,
+  ``nonzero`` or NumPy. As with ``jax.jit``, Python values the methods read (config
+  numbers, flags) are fixed when the program is traced; only tensors are checked on later
+  calls. When a method breaks the graph, :class:`GraphBreakError` names the
+  method, its file and line, and the reason Dynamo gave.
+
+Summaries: those of the last step (as T ``simulate()`` calls would leave them); with
+``log=True`` the running means of the episodes finished during the rollout are added and one
+row is written to the logger, at the env's step count after the rollout.
+
+    >>> from batchenv.kernels import CartPole
+    >>> env = InGraphBatchEnv(CartPole(num_envs=256, seed=0))
+    >>> algo = RandomAlgorithm(env.single_action_space, seed=0)
+    >>> done, score, summaries = rollout(env, algo, steps=64)
+    >>> done.shape
+    torch.Size([64, 256])
+"""
+
+from __future__ import annotations
+
+import linecache
+import traceback
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from batchenv.in_graph.algorithm import Algorithm, Summaries, overrides
+from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
+from batchenv.in_graph.simulate import _expand, _finish, _join, in_graph_batch_env
+
+#: Steps per compiled program by default. Compile time grows with it (Inductor's C++ for
+#: every unrolled step) while the per-call overhead it saves is ~10-30 us per chunk, so a few
+#: steps per program is the balance on a CPU (benchmarks/RESULTS.md has the measurements).
+DEFAULT_UNROLL = 4
+
+_METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
+
+
+class GraphBreakError(TypeError):
+    """An algorithm's method (or the env) cannot be traced into one graph by torch.compile."""
+
+
+class Rollout(NamedTuple):
+    """What :func:`rollout` returns: ``done`` and ``score`` per step, and the summaries."""
+
+    done: torch.Tensor  # bool [T, B]
+    score: torch.Tensor  # float32 [T, B] (or [T, B, agents])
+    summaries: Summaries
+
+
+def rollout(
+    env: Any,
+    algo: Algorithm,
+    steps: int,
+    *,
+    reset: bool = False,
+    log: bool = False,
+    logger: Any = None,
+    unroll: int | None = None,
+    compile: bool = True,
+) -> Rollout:
+    """Run ``steps`` lockstep steps of ``env`` and ``algo`` as compiled code.
+
+    Args:
+        env: as for :func:`~batchenv.in_graph.simulate.simulate` (the same cached state is
+            used, so ``rollout`` and ``simulate`` calls may be mixed).
+        algo: the four methods; ``begin_episodes``/``end_episodes``, where overridden, must
+            take masks (``episode_masks = True`` on the class).
+        steps: T >= 1.
+        reset: cut every running episode short before the first step (a forced reset).
+        log: add ``mean_score``/``mean_length`` of the episodes finished during the rollout
+            and write the summaries to the logger (see ``simulate``).
+        logger: where ``log`` writes; default ``env.logger`` of the InGraphBatchEnv.
+        unroll: steps per compiled program (traced once; the rollout loops over chunks).
+            Default: the largest divisor of ``steps`` up to ``DEFAULT_UNROLL`` (4). Larger
+            chunks cost compile time and save some call overhead per chunk.
+        compile: False runs the same masked program eagerly (for debugging and tests).
+
+    Returns:
+        :class:`Rollout` ``(done [T, B], score [T, B], summaries)``.
+
+    Raises:
+        ValueError: ``steps`` or ``unroll`` out of range.
+        GraphBreakError: a method takes index sets, or breaks the graph (named with its line).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"rollout(steps={steps!r}): steps must be an int >= 1")
+    unroll = _choose_unroll(steps) if unroll is None else unroll
+    if isinstance(unroll, bool) or not isinstance(unroll, int) or not 1 <= unroll <= steps:
+        raise ValueError(f"rollout(unroll={unroll!r}): unroll must be an int in [1, steps]")
+    _check_episode_methods(algo)
+    batch = in_graph_batch_env(env)
+    dones, scores = [], []
+    done_so_far = 0
+    first = True
+    while done_so_far < steps:
+        chunk = min(unroll, steps - done_so_far)
+        forced = bool(reset) and first
+        try:
+            program = _program(batch, algo, compile, chunk, forced)
+            done, score = program(batch, algo, chunk, forced)
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:
+            raise _named_break(algo, error) from error
+        dones.append(done)
+        scores.append(score)
+        done_so_far += chunk
+        first = False
+    summaries = _finish(batch, None, log, logger)
+    return Rollout(torch.cat(dones), torch.cat(scores), summaries)
+
+
+def masked_step(batch: InGraphBatchEnv, algo: Algorithm, reset: bool = False) -> tuple:
+    """One ``simulate()`` step with masks instead of index sets (traceable; see module doc).
+
+    Returns ``(done [B], score [B, ...])`` and leaves the step's summaries on
+    ``batch.pending_summaries``.
+    """
+    # A forced reset cuts the running episodes short: they count in no mean.
+    reset_mask = batch.done if reset is False else torch.ones_like(batch.done)
+    batch.reset_where(reset_mask)
+    batch.score = torch.where(_expand(reset_mask, batch.score), 0.0, batch.score)
+    batch.length = torch.where(reset_mask, 0, batch.length)
+    begun = algo.begin_episodes(reset_mask) if overrides(algo, "begin_episodes") else None
+
+    prev = batch.observ
+    action = algo.perform(prev)
+    observ, reward, _, truncated = batch.step(action)
+    done = batch.done
+    batch.score = batch.score + reward
+    batch.length = batch.length + 1
+    batch.steps = batch.steps + 1
+    learned = algo.experience(prev, batch.action, reward, done, observ, truncated)
+
+    score = batch.score
+    per_row = torch.where(_expand(done, score), score, 0.0).sum() / score[0].numel()
+    batch.score_total = batch.score_total + per_row
+    batch.length_total = batch.length_total + torch.where(done, batch.length, 0).sum()
+    batch.episodes = batch.episodes + done.sum()
+    ended = algo.end_episodes(done) if overrides(algo, "end_episodes") else None
+    batch.pending_summaries = _join(begun, learned, ended)
+    return done, score
+
+
+def _steps(batch: InGraphBatchEnv, algo: Algorithm, count: int, reset: bool) -> tuple:
+    """``count`` masked steps, unrolled; ``done`` and ``score`` stacked to ``[count, B]``."""
+    dones, scores = [], []
+    for i in range(count):
+        done, score = masked_step(batch, algo, reset=reset and i == 0)
+        dones.append(done)
+        scores.append(score)
+    return torch.stack(dones), torch.stack(scores)
+
+
+def _program(
+    batch: InGraphBatchEnv, algo: Algorithm, compile: bool, count: int, reset: bool
+) -> Callable:
+    """The compiled program of ``(batch, algo, count, reset)``, kept on the batch env.
+
+    Each gets a copy of ``_steps`` with a code object of its own: Dynamo keeps its graphs
+    per code object, so programs never evict each other or hit the recompile limit, and a
+    call checks the guards of its own graph only (which no longer cover Python values, so
+    every Python argument is part of the key).
+    """
+    if not compile:
+        return _steps
+    programs = batch.__dict__.setdefault("_rollout_programs", {})
+    key = (id(algo), count, bool(reset))
+    entry = programs.get(key)
+    if entry is not None and entry[0]() is algo:
+        return entry[1]
+    code = _steps.__code__.replace(co_name=f"_steps_{len(programs)}")
+    function = types.FunctionType(code, _steps.__globals__, code.co_name)
+    # Guards on tensors only (their shapes, dtypes and devices): checking every Python
+    # attribute the four methods read cost ~55 us a call, a third of a compiled step. Like
+    # jax.jit, the program keeps the Python values (config numbers, flags) it was traced with.
+    options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+    program = torch.compile(function, fullgraph=True, dynamic=False, options=options)
+    programs[key] = (weakref.ref(algo), program)
+    return program
+
+
+def _choose_unroll(steps: int) -> int:
+    """The largest divisor of ``steps`` up to ``DEFAULT_UNROLL`` (one program for all chunks)."""
+    return max(d for d in range(1, min(steps, DEFAULT_UNROLL) + 1) if steps % d == 0)
+
+
+def _check_episode_methods(algo: Algorithm) -> None:
+    """Refuse index-set ``begin_episodes``/``end_episodes`` before anything is traced."""
+    if getattr(algo, "episode_masks", False):
+        return
+    for name in ("begin_episodes", "end_episodes"):
+        if overrides(algo, name):
+            method = getattr(type(algo), name)
+            code = getattr(method, "__code__", None)
+            where = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
+            raise GraphBreakError(
+                f"rollout(): {type(algo).__name__}.{name}{where} takes an index set of rows, "
+                f"whose size depends on the data and breaks the compiled graph; set "
+                f"`episode_masks = True` on {type(algo).__name__} and take a bool mask [B] "
+                f"(called every step), or call simulate() step by step"
+            )
+
+
+def _named_break(algo: Algorithm, error: Exception) -> GraphBreakError:
+    """A GraphBreakError naming the algorithm method and line where Dynamo stopped."""
+    frames = list(getattr(error, "real_stack", None) or [])
+    if not frames and error.__traceback__ is not None:
+        frames = traceback.extract_tb(error.__traceback__)
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    cls = type(algo)
+    files = {getattr(getattr(cls, m, None), "__code__", None) for m in _METHODS}
+    files = {code.co_filename for code in files if code is not None}
+    for frame in reversed(frames):
+        if frame.filename in files:
+            method = _enclosing_method(cls, frame)
+            line = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
+            return GraphBreakError(
+                f"rollout(): {cls.__name__}.{method} breaks the compiled graph at "
+                f"{frame.filename}:{frame.lineno}: `{line}` ({reason}); keep the four methods "
+                f"to tensor code (no .item(), print, NumPy, Python branches on tensor values), "
+                f"or call simulate() step by step"
+            )
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return GraphBreakError(
+        f"rollout(): the step breaks the compiled graph{where} ({reason}); the env must "
+        f"provide reset_where(mask) and traceable step(), or call simulate() step by step"
+    )
+
+
+def _enclosing_method(cls: type, frame: traceback.FrameSummary) -> str:
+    """The name of the method of ``cls`` (or a helper it calls) that holds ``frame``."""
+    for name in _METHODS:
+        code = getattr(getattr(cls, name, None), "__code__", None)
+        if code is not None and code.co_filename == frame.filename and code.co_name == frame.name:
+            return name
+    return frame.name

@@ -1,0 +1,65 @@
+"""``batchenv train ppo`` and ``batchenv evaluate`` on a PPO run, at a tiny budget."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from batchenv.cli import main
+
+
+def test_train_writes_a_run_and_evaluate_reads_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "ppo",
+            "--steps",
+            "1024",
+            "--num-envs",
+            "2",
+            "--seeds",
+            "2",
+            "--no-compile",
+            "--set",
+            "num_steps=64",
+            "--set",
+            "log_every=2",
+            "--logdir",
+            str(run),
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "ppo: done, 8 updates x 2 agent(s)" in out
+    assert {"config.json", "metrics.csv", "checkpoint.pt", "curve.png"} <= {
+        p.name for p in run.iterdir()
+    }
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [int(row["step"]) for row in rows] == [256, 512, 768, 1024]
+    assert {"seed0_score", "seed1_score", "approx_kl"} <= set(rows[0])
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["evaluate", str(run), "--episodes", "3"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"{run}: mean return ") and "over 6 episodes" in line
+    assert sorted(p.name for p in run.iterdir()) == before  # evaluate writes nothing
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env", "CartPol-v1"], "PPO trains the in-graph envs"),
+        (["--set", "gama=0.9"], "--set 'gama=0.9': expected KEY=VALUE"),
+        (["--set", "num_minibatches=3"], "does not split into 3 minibatches"),
+        (["--steps", "100"], "less than one update"),
+    ],
+)
+def test_bad_options_fail_in_one_line_before_writing(tmp_path, capsys, argv, message):
+    run = tmp_path / "run"
+    code = main(["train", "ppo", *argv, "--logdir", str(run)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("batchenv train ppo: error: ") and message in err
+    assert len(err.splitlines()) == 1
+    assert not run.exists()
