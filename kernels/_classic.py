@@ -70,7 +70,7 @@ class ClassicControlEnv:
         self,
         num_envs: int,
         device: str | torch.device = "cpu",
-        seed: int | None = None,
+        seed: int | list[int] | None = None,
         backend: str = "torch",
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -83,8 +83,22 @@ class ClassicControlEnv:
             )
         if dtype not in _DTYPES:
             raise ValueError(f"{name}(dtype={dtype!r}): dtype must be torch.float32 or float64")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"{name}(seed={seed!r}): seed must be an int or None")
+        self._block: int | None = None  # rows per seed when seeded per block
+        if isinstance(seed, (list, tuple)):
+            if (
+                not seed
+                or any(isinstance(s, bool) or not isinstance(s, int) for s in seed)
+                or num_envs % len(seed)
+                or backend != "torch"
+            ):
+                raise ValueError(
+                    f"{name}(seed={seed!r}): a list of seeds needs ints, num_envs divisible "
+                    f"by their number and backend='torch'"
+                )
+            self._block = num_envs // len(seed)
+            seed = list(seed)
+        elif seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"{name}(seed={seed!r}): seed must be an int, a list of ints or None")
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.dtype = dtype
@@ -115,7 +129,7 @@ class ClassicControlEnv:
             self.state = torch.zeros(num_envs, self.state_dim, dtype=dtype, device=self.device)
             self._launch(None, torch.ones(num_envs, dtype=torch.bool, device=self.device))
             return
-        self._key = make_key(self._seed, self.device)
+        self._key = self._make_key(self._seed)
         self._init_low = torch.tensor(self.init_low, dtype=torch.float32, device=self.device)
         self._init_high = torch.tensor(self.init_high, dtype=torch.float32, device=self.device)
         everyone = torch.arange(num_envs, device=self.device)
@@ -208,12 +222,17 @@ class ClassicControlEnv:
 
         The current states are kept; reset the rows to start them afresh.
         """
+        if self._block is not None:
+            raise TypeError(
+                f"{type(self).__name__}.seed: this env is seeded per block of rows; build a "
+                f"new one with seed=[...] instead"
+            )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {seed!r}")
         self._seed = seed
         self._restarts.zero_()
         if self.backend == "torch":
-            self._key = make_key(seed, self.device)
+            self._key = self._make_key(seed)
 
     # -- state access (tests, the consistency checker, checkpointing) --------------------
 
@@ -303,8 +322,20 @@ class ClassicControlEnv:
         break. Drawn in float32 whatever the dtype, so float32 and float64 envs with the same
         seed start from the same states. The caller advances ``_restarts`` of the rows used.
         """
-        u = counter_uniform(self._key, rows, self._restarts[rows], self.state_dim)
+        if self._block is None:
+            u = counter_uniform(self._key, rows, self._restarts[rows], self.state_dim)
+        else:  # row r of block b draws what row r of a lone env seeded seed[b] draws
+            u = counter_uniform(
+                self._key[rows], rows % self._block, self._restarts[rows], self.state_dim
+            )
         return (self._init_low + (self._init_high - self._init_low) * u).to(self.dtype)
+
+    def _make_key(self, seed: int | list[int]) -> torch.Tensor:
+        """The RNG key: a scalar, or one per row when seeded per block (K seeds in one env)."""
+        if self._block is None:
+            return make_key(seed, self.device)
+        keys = torch.stack([make_key(s, self.device) for s in seed])
+        return keys.repeat_interleave(self._block)
 
     def _check_action(self, action: torch.Tensor) -> None:
         # Shape and dtype only: static under torch.compile, no host sync.

@@ -38,6 +38,10 @@ ENVS = {
 }
 
 
+#: Kernels that take one seed per block of rows (``seed=[...]``): the classic-control envs.
+PER_BLOCK_SEEDS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0")
+
+
 @dataclass
 class PPOResult:
     """What :func:`train` returns."""
@@ -81,13 +85,18 @@ def make_env(config: PPOConfig) -> InGraphBatchEnv:
             "(for Gym envs in worker processes use `batchenv train batchppo --env ID`)"
         )
     cls = getattr(kernels, ENVS[config.env_id])
-    blocks = [
-        cls(num_envs=config.num_envs, seed=config.seed + k, device=config.device)
-        for k in range(config.seeds)
-    ]
+    seeds = [config.seed + k for k in range(config.seeds)]
+    if config.env_id in PER_BLOCK_SEEDS:
+        # One env seeded per block: row r of block k draws what a lone env seeded seeds[k]
+        # draws, and the compiled step holds one copy of the dynamics, not K.
+        env = cls(num_envs=config.num_envs * config.seeds, seed=seeds, device=config.device)
+    else:
+        env = StackedEnv(
+            [cls(num_envs=config.num_envs, seed=s, device=config.device) for s in seeds]
+        )
     # Finite values are checked by the kernels' own tests; a per-step host check would cost
     # a synchronising op in every compiled step.
-    return InGraphBatchEnv(StackedEnv(blocks), check_finite=False)
+    return InGraphBatchEnv(env, check_finite=False)
 
 
 def train(

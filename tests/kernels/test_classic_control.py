@@ -374,3 +374,31 @@ def test_docstring_examples_run(name):
     module = importlib.import_module(f"batchenv.kernels.{name}")
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("name", ["CartPole", "Acrobot", "Pendulum"])
+def test_seeds_per_block_are_lone_envs(name):
+    """seed=[s0, s1]: block k (rows k*n .. k*n+n-1) draws and steps as a lone env seeded s_k."""
+    import batchenv.kernels as kernels
+
+    cls = getattr(kernels, name)
+    joint = cls(num_envs=6, seed=[7, 9])
+    lone = [cls(num_envs=3, seed=7), cls(num_envs=3, seed=9)]
+    assert torch.equal(joint.get_state()["state"], torch.cat([e.get_state()["state"] for e in lone]))
+    generator = torch.Generator().manual_seed(0)
+    space = joint.single_action_space
+    for _ in range(40):
+        if hasattr(space, "n"):
+            action = torch.randint(0, int(space.n), (6,), generator=generator)
+        else:
+            action = torch.rand((6, *space.shape), generator=generator) * 2 - 1
+        observ, reward, terminated, truncated = joint.step(action)
+        parts = [env.step(a) for env, a in zip(lone, action.split(3))]
+        assert torch.equal(observ, torch.cat([p[0] for p in parts]))
+        assert torch.equal(reward, torch.cat([p[1] for p in parts]))
+        done = terminated | truncated | (torch.arange(6) == _ % 6)
+        joint.reset_where(done)
+        for env, part in zip(lone, done.split(3)):
+            env.reset_where(part)
+    with pytest.raises(ValueError, match="num_envs divisible"):
+        cls(num_envs=5, seed=[1, 2])
