@@ -384,7 +384,8 @@ def test_seeds_per_block_are_lone_envs(name):
     cls = getattr(kernels, name)
     joint = cls(num_envs=6, seed=[7, 9])
     lone = [cls(num_envs=3, seed=7), cls(num_envs=3, seed=9)]
-    assert torch.equal(joint.get_state()["state"], torch.cat([e.get_state()["state"] for e in lone]))
+    starts = torch.cat([env.get_state()["state"] for env in lone])
+    assert torch.equal(joint.get_state()["state"], starts)
     generator = torch.Generator().manual_seed(0)
     space = joint.single_action_space
     for _ in range(40):
