@@ -175,8 +175,7 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
     from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
     from batchenv.run_dir import CHECKPOINT_NAME
 
-    from .algorithm import PPO
-    from .train import make_env
+    from .train import make_env, make_ppo
 
     if args.episodes < 1:
         return fail("evaluate", f"--episodes must be >= 1, got {args.episodes}")
@@ -188,14 +187,7 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
         PPOConfig(**state["config"]), num_envs=args.episodes, compile=False
     )
     env: InGraphBatchEnv = make_env(config)
-    agents = getattr(env.env, "num_agents", None) or 1
-    ppo = PPO(
-        config,
-        env.single_observation_space,
-        env.single_action_space,
-        seeds=[config.seed + k for k in range(config.seeds)],
-        num_agents=agents,
-    )
+    ppo = make_ppo(config, env)
     ppo.load_state_dict(state["ppo"])
     observ = env.reset(torch.arange(env.num_envs))
     score = torch.zeros(env.num_envs)

@@ -99,6 +99,17 @@ def make_env(config: PPOConfig) -> InGraphBatchEnv:
     return InGraphBatchEnv(env, check_finite=False)
 
 
+def make_ppo(config: PPOConfig, env: InGraphBatchEnv) -> PPO:
+    """The K agents of ``config`` for ``env`` (from :func:`make_env`)."""
+    return PPO(
+        config,
+        env.single_observation_space,
+        env.single_action_space,
+        seeds=[config.seed + k for k in range(config.seeds)],
+        num_agents=getattr(env.env, "num_agents", None) or 1,
+    )
+
+
 def train(
     config: PPOConfig,
     on_update: Callable[[int, torch.Tensor, dict[str, torch.Tensor]], None] | None = None,
@@ -108,14 +119,7 @@ def train(
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     env = make_env(config)
-    agents = getattr(env.env, "num_agents", None) or 1
-    ppo = PPO(
-        config,
-        env.single_observation_space,
-        env.single_action_space,
-        seeds=[config.seed + k for k in range(config.seeds)],
-        num_agents=agents,
-    )
+    ppo = make_ppo(config, env)
     unroll = config.unroll or None
     returns, losses = [], {}
     started = time.perf_counter()

@@ -48,7 +48,13 @@ import torch
 
 from batchenv.in_graph.algorithm import Algorithm, Summaries, overrides
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
-from batchenv.in_graph.simulate import _expand, _finish, _join, in_graph_batch_env
+from batchenv.in_graph.simulate import (
+    _expand,
+    _finish,
+    _join,
+    act_and_learn,
+    in_graph_batch_env,
+)
 
 #: Steps per compiled program by default. Compile time grows with it (Inductor's C++ for
 #: every unrolled step) while the per-call overhead it saves is ~10-30 us per chunk, so a few
@@ -144,20 +150,7 @@ def masked_step(batch: InGraphBatchEnv, algo: Algorithm, reset: bool = False) ->
     batch.length = torch.where(reset_mask, 0, batch.length)
     begun = algo.begin_episodes(reset_mask) if overrides(algo, "begin_episodes") else None
 
-    prev = batch.observ
-    action = algo.perform(prev)
-    observ, reward, _, truncated = batch.step(action)
-    done = batch.done
-    batch.score = batch.score + reward
-    batch.length = batch.length + 1
-    batch.steps = batch.steps + 1
-    learned = algo.experience(prev, batch.action, reward, done, observ, truncated)
-
-    score = batch.score
-    per_row = torch.where(_expand(done, score), score, 0.0).sum() / score[0].numel()
-    batch.score_total = batch.score_total + per_row
-    batch.length_total = batch.length_total + torch.where(done, batch.length, 0).sum()
-    batch.episodes = batch.episodes + done.sum()
+    done, score, learned = act_and_learn(batch, algo)
     ended = algo.end_episodes(done) if overrides(algo, "end_episodes") else None
     batch.pending_summaries = _join(begun, learned, ended)
     return done, score

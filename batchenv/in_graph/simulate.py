@@ -101,22 +101,8 @@ def simulate(
         batch.length = torch.where(reset_mask, 0, batch.length)
         begun = algo.begin_episodes(rows)
 
-    # 3-4. Act, step, learn from the transition.
-    prev = batch.observ
-    action = algo.perform(prev)
-    observ, reward, _, truncated = batch.step(action)
-    done = batch.done
-    batch.score = batch.score + reward
-    batch.length = batch.length + 1
-    batch.steps = batch.steps + 1
-    learned = algo.experience(prev, batch.action, reward, done, observ, truncated)
-
-    # 5. Finished episodes feed the running means and end_episodes.
-    score = batch.score
-    per_row = torch.where(_expand(done, score), score, 0.0).sum() / score[0].numel()
-    batch.score_total = batch.score_total + per_row
-    batch.length_total = batch.length_total + torch.where(done, batch.length, 0).sum()
-    batch.episodes = batch.episodes + done.sum()
+    # 3-5. Act, step, learn from the transition; finished episodes feed the running means.
+    done, score, learned = act_and_learn(batch, algo)
     # The summaries so far ride on the env object: a compiled frame that resumes after the
     # graph break below never reads them, so their keys add no guards (and no recompiles).
     batch.pending_summaries = _join(begun, learned)
@@ -128,6 +114,28 @@ def simulate(
 
     # 6. Means and logging run eagerly (host reads, file writes).
     return done, score, _finish(batch, ended, log, logger)
+
+
+def act_and_learn(batch: InGraphBatchEnv, algo: Algorithm) -> tuple:
+    """Steps 3-5 of a call (shared with ``rollout()``): ``perform``, the env step, ``score``
+    and ``length``, ``experience``, and the running means of the rows now done.
+
+    Returns ``(done, score, summaries of experience)``.
+    """
+    prev = batch.observ
+    action = algo.perform(prev)
+    observ, reward, _, truncated = batch.step(action)
+    done = batch.done
+    batch.score = batch.score + reward
+    batch.length = batch.length + 1
+    batch.steps = batch.steps + 1
+    learned = algo.experience(prev, batch.action, reward, done, observ, truncated)
+    score = batch.score
+    per_row = torch.where(_expand(done, score), score, 0.0).sum() / score[0].numel()
+    batch.score_total = batch.score_total + per_row
+    batch.length_total = batch.length_total + torch.where(done, batch.length, 0).sum()
+    batch.episodes = batch.episodes + done.sum()
+    return done, score, learned
 
 
 def in_graph_batch_env(env: Any) -> InGraphBatchEnv:
