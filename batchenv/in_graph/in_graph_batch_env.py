@@ -311,14 +311,15 @@ class _NumpyBackend:
         observ, _ = self.env.reset(indices=rows, seed=seed)
         return self._observ(observ, rows, "returned by reset()")
 
+    def observ_batch(self, rows: int, make=torch.empty) -> torch.Tensor:
+        """A new observation batch of ``rows`` rows (``make``: torch.empty or torch.zeros)."""
+        shape = (rows, *self.agent_shape, *self.observ_shape)
+        return make(shape, dtype=self.observ_dtype, device=self.device)
+
     def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
         """Reset the masked rows; their observations, zeros in the other rows."""
         rows = np.flatnonzero(mask.cpu().numpy())
-        observ = torch.zeros(
-            (self.num_envs, *self.agent_shape, *self.observ_shape),
-            dtype=self.observ_dtype,
-            device=self.device,
-        )
+        observ = self.observ_batch(self.num_envs, torch.zeros)
         if len(rows):
             observ[torch.as_tensor(rows, device=self.device)] = self.reset(torch.as_tensor(rows))
         return observ
@@ -371,9 +372,7 @@ def _batch_env_reset(clock: torch.Tensor, handle: int, indices: torch.Tensor) ->
 
 @_batch_env_reset.register_fake
 def _(clock: torch.Tensor, handle: int, indices: torch.Tensor) -> torch.Tensor:
-    backend = _backend(handle)
-    shape = (indices.shape[0], *backend.agent_shape, *backend.observ_shape)
-    return torch.empty(shape, dtype=backend.observ_dtype, device=backend.device)
+    return _backend(handle).observ_batch(indices.shape[0], torch.empty)
 
 
 @torch.library.custom_op("batchenv::batch_env_reset_where", mutates_args=("clock",))
@@ -385,8 +384,7 @@ def _batch_env_reset_where(clock: torch.Tensor, handle: int, mask: torch.Tensor)
 @_batch_env_reset_where.register_fake
 def _(clock: torch.Tensor, handle: int, mask: torch.Tensor) -> torch.Tensor:
     backend = _backend(handle)
-    shape = (backend.num_envs, *backend.agent_shape, *backend.observ_shape)
-    return torch.empty(shape, dtype=backend.observ_dtype, device=backend.device)
+    return backend.observ_batch(backend.num_envs, torch.empty)
 
 
 @torch.library.custom_op("batchenv::batch_env_step", mutates_args=("clock",))
