@@ -28,6 +28,7 @@ import gymnasium as gym
 import torch
 
 from batchenv.in_graph.algorithm import Algorithm
+from batchenv.in_graph.rollout import compile_program
 
 from . import distributions as dist
 from .config import PPOConfig
@@ -239,32 +240,26 @@ class PPO(Algorithm):
         lr = torch.tensor(lr, dtype=torch.float32, device=self.device)
         prepare = self._program("prepare", _prepare)
         step = self._program("step", _minibatch_step)
-        data = prepare(self.buffer, config.gamma, config.gae_lambda)
-        totals: dict[str, torch.Tensor] = {}
+        data, orders = prepare(self, self.buffer, self.draws)
+        self.draws = self.draws + config.update_epochs
         size = config.minibatch_size * self.num_agents
-        for _ in range(config.update_epochs):
-            self.draws = self.draws + 1
-            order = torch.argsort(
-                dist.uniform(self.keys, self.draws, (self.k, size * config.num_minibatches), 2),
-                dim=-1,
-            )
+        steps = []
+        for order in orders:
             for m in range(config.num_minibatches):
                 rows = order[:, m * size : (m + 1) * size]
                 self.params, self.opt_state, terms = step(
                     self, self.params, self.opt_state, data, rows, lr
                 )
-                for name, value in terms.items():
-                    totals[name] = totals.get(name, 0.0) + value
+                steps.append(terms)
         self.t = torch.zeros_like(self.t)
         self.updates_done += 1
-        count = config.update_epochs * config.num_minibatches
-        return {name: value / count for name, value in totals.items()}
+        return {name: torch.stack([terms[name] for terms in steps]).mean(0) for name in steps[0]}
 
     def _program(self, name: str, function):
         if not self.config.compile:
             return function
         if name not in self._compiled:
-            self._compiled[name] = torch.compile(function, fullgraph=True, dynamic=False)
+            self._compiled[name] = compile_program(function, self.device)
         return self._compiled[name]
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -298,9 +293,18 @@ class PPO(Algorithm):
         return action.reshape(*observ.shape[: observ.dim() - 1], *self.action_shape)
 
 
-def _prepare(buffer: dict[str, torch.Tensor], gamma: float, lam: float) -> dict[str, torch.Tensor]:
-    """Advantages and returns; every field flattened to ``[K, T * rows, ...]``."""
+def _prepare(
+    ppo: PPO, buffer: dict[str, torch.Tensor], draws: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """Advantages and returns, every field flattened to ``[K, T * rows, ...]``, and each
+    epoch's minibatch order ``[K, T * rows]`` (epoch e draws with counter ``draws + e + 1``)."""
+    config = ppo.config
+    gamma, lam = config.gamma, config.gae_lambda
     t, k, r = buffer["reward"].shape
+    orders = [
+        torch.argsort(dist.uniform(ppo.keys, draws + e + 1, (k, t * r), 2), dim=-1)
+        for e in range(config.update_epochs)
+    ]
 
     def by_row(x: torch.Tensor) -> torch.Tensor:  # [T, K, R] -> [K * R, T]
         return x.permute(1, 2, 0).reshape(k * r, t)
@@ -321,7 +325,7 @@ def _prepare(buffer: dict[str, torch.Tensor], gamma: float, lam: float) -> dict[
     def from_rows(x: torch.Tensor) -> torch.Tensor:  # [K * R, T] -> [K, T * R]
         return x.reshape(k, r, t).transpose(1, 2).reshape(k, t * r)
 
-    return {
+    data = {
         "observ": flat(buffer["observ"]),
         "action": flat(buffer["action"]),
         "log_prob": flat(buffer["log_prob"]),
@@ -329,6 +333,7 @@ def _prepare(buffer: dict[str, torch.Tensor], gamma: float, lam: float) -> dict[
         "advantage": from_rows(advantage),
         "returns": from_rows(returns),
     }
+    return data, orders
 
 
 def _minibatch_step(
