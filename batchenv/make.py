@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,9 @@ def make(
     """Build a BatchEnv of ``num_envs`` envs spread over ``num_workers`` processes.
 
     Args:
-        env: a Gymnasium id (``gymnasium.make(env, **env_kwargs)`` runs in the workers) or a
+        env: a Gymnasium id (``gymnasium.make(env, **env_kwargs)`` runs in the workers; the
+            ``MinAtar/<Game>-v0``/``-v1`` ids of the ``minatar`` package are registered
+            first, see :func:`make_minatar`) or a
             constructor returning an env (then ``env_kwargs`` must be empty). A constructor
             of a PettingZoo ``ParallelEnv`` gives an
             :class:`~batchenv.multi_agent.AgentBatchEnv` (arrays ``[num_envs, agents,
@@ -96,7 +99,10 @@ def make(
     """
     if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-    if isinstance(env, str):
+    if isinstance(env, str) and env.startswith(MINATAR_PREFIX):
+        register_minatar(env)  # here first: a missing package fails before any worker starts
+        constructor = functools.partial(make_minatar, env, **env_kwargs)
+    elif isinstance(env, str):
         import gymnasium
 
         constructor = functools.partial(gymnasium.make, env, **env_kwargs)
@@ -157,6 +163,43 @@ def make(
         check_actions=check_actions,
         autoreset_mode=autoreset_mode,
     )
+
+
+#: Ids starting so are the MinAtar package's (``minatar.gym.register_envs``).
+MINATAR_PREFIX = "MinAtar/"
+
+
+def make_minatar(env_id: str, **kwargs) -> Any:
+    """``gymnasium.make(env_id, **kwargs)`` for a ``MinAtar/<Game>-v0|v1`` id, registering
+    the ``minatar`` package's ids first (workers call this too: they start unregistered).
+
+        >>> env = make_minatar("MinAtar/Breakout-v1")   # pip install 'batchenv[minatar]'
+    """
+    import gymnasium
+
+    register_minatar(env_id)
+    return gymnasium.make(env_id, **kwargs)
+
+
+def register_minatar(env_id: str) -> None:
+    """Register MinAtar's Gymnasium ids unless ``env_id`` is known; fail with the fix."""
+    import gymnasium
+
+    if env_id in gymnasium.registry:
+        return
+    known = sorted(i for i in gymnasium.registry if i.startswith(MINATAR_PREFIX))
+    if not known:  # not registered yet (registering twice warns about every id)
+        try:
+            from minatar.gym import register_envs
+        except ImportError as error:
+            raise ImportError(
+                f"batchenv.make({env_id!r}) needs the MinAtar package: "
+                "pip install 'batchenv[minatar]'"
+            ) from error
+        register_envs()
+        known = sorted(i for i in gymnasium.registry if i.startswith(MINATAR_PREFIX))
+    if env_id not in known:
+        raise ValueError(f"batchenv.make({env_id!r}): no such MinAtar id; known ids: {known}")
 
 
 def _start_on_ray(constructor, num_envs, num_workers, *, placement, address, refused, **options):

@@ -3,7 +3,9 @@
 The classic-control envs reproduce Gymnasium's CartPole-v1, Pendulum-v1,
 MountainCarContinuous-v0 and Acrobot-v1 as InGraphEnvs (``batchenv.in_graph.env``);
 ``DiscreteTag`` and ``ContinuousTag`` are WarpDrive's multi-agent Tag games (an agent axis
-after the batch axis)::
+after the batch axis); ``Asterix``, ``Breakout``, ``Freeway``, ``Seaquest`` and
+``SpaceInvaders`` are MinAtar's games
+(``batchenv.kernels.minatar``, docs/minatar.md)::
 
     >>> import torch
     >>> from batchenv.kernels import CartPole
@@ -14,6 +16,7 @@ after the batch axis)::
 
 from .acrobot import Acrobot
 from .cartpole import CartPole
+from .minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from .mountain_car import MountainCarContinuous
 from .pendulum import Pendulum
 from .tag_continuous import ContinuousTag
@@ -21,9 +24,14 @@ from .tag_discrete import DiscreteTag
 
 __all__ = [
     "Acrobot",
+    "Asterix",
+    "Breakout",
     "CartPole",
     "ContinuousTag",
     "DiscreteTag",
+    "Freeway",
     "MountainCarContinuous",
     "Pendulum",
+    "Seaquest",
+    "SpaceInvaders",
 ]
