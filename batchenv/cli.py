@@ -43,7 +43,7 @@ import numpy as np
 from batchenv.cli_common import ctrl_c_held, fail, whole_number
 
 #: Algorithms ``batchenv train`` knows, each a package of batchenv.algorithms with a ``cli``.
-ALGORITHMS = ("batchppo", "impala", "ppo")
+ALGORITHMS = ("batchppo", "impala", "ppo", "sac", "dqn")
 
 
 def _random_actions(space, num_envs: int, rng: np.random.Generator) -> np.ndarray:

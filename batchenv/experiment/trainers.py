@@ -52,7 +52,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["BUILTIN", "Report", "Trainer", "load_trainer"]
 
 #: Algorithms of ``batchenv.algorithms`` that ship a ``session`` module.
-BUILTIN = ("batchppo", "impala")
+BUILTIN = ("batchppo", "impala", "sac", "dqn")
 
 Report = Callable[..., None]
 """``report(frame, total_reward, opt_step=None)``: one evaluation checkpoint."""

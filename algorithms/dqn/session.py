@@ -1,0 +1,119 @@
+"""DQN as a session of an experiment (the trainer protocol of batchenv.experiment).
+
+A spec's ``config`` holds :class:`DQNConfig` fields on top of the preset of its env (the
+same rule as ``batchenv train dqn --env``); ``meta.steps``, ``meta.seed``,
+``meta.eval_every`` and ``meta.log_frequency`` set ``steps``, ``seed``, ``eval_every`` and
+``log_frequency``. A session is :func:`~batchenv.algorithms.dqn.train.train` into the
+session folder. Its checkpoints are SLM Lab's log checkpoints (every ``log_frequency``
+train env steps, the mean return of the last 100 training episodes); with
+``log_frequency`` 0, the greedy eval phases that end every round are the checkpoints.
+
+    >>> config = TRAINER.make_config("CartPole-v1", {"double": True}, steps=100_000, seed=3,
+    ...                              eval_every=None)
+    >>> config.double, config.steps, config.seed
+    (True, 100000, 3)
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from batchenv.run_dir import CHECKPOINT_NAME
+
+from .cli import DEFAULT_PRESET, preflight, preset_of
+from .config import PRESETS, DQNConfig
+
+__all__ = ["TRAINER", "DQNTrainer"]
+
+
+class DQNTrainer:
+    """DQN under the trainer protocol (see batchenv.experiment.trainers)."""
+
+    config_class = DQNConfig
+    meta_fields = {
+        "env": "env",
+        "steps": "steps",
+        "seed": "seed",
+        "eval_every": "eval_every",
+        "log_frequency": "log_frequency",
+    }
+    default_env = PRESETS[DEFAULT_PRESET].env
+
+    def make_config(
+        self,
+        env: str,
+        values: Mapping[str, Any],
+        *,
+        steps: int | None,
+        seed: int,
+        eval_every: int | None,
+        log_frequency: int | None = None,
+    ) -> DQNConfig:
+        """The preset of ``env`` (or the defaults) with ``values`` and the meta fields."""
+        preset = preset_of(env)
+        base = PRESETS[preset] if preset else DQNConfig()
+        meta: dict[str, Any] = {"env": env, "seed": seed}
+        if steps is not None:
+            meta["steps"] = steps
+        if eval_every is not None:
+            meta["eval_every"] = eval_every
+        if log_frequency is not None:
+            meta["log_frequency"] = log_frequency
+        return base.replace(**dict(values)).replace(**meta)
+
+    def check(self, config: DQNConfig) -> None:
+        """What ``batchenv train dqn`` checks first: the device, the env id and its extras,
+        a Discrete action space (ValueError with one line saying what to do)."""
+        preflight(config)
+
+    def cpus(self, config: DQNConfig) -> int:
+        """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
+        from batchenv.algorithms.batchppo.envs import env_class
+
+        return 1 if env_class(config.env) is not None else 2
+
+    def train(
+        self,
+        config: DQNConfig,
+        run_dir: Path,
+        *,
+        resume: bool,
+        progress: bool,
+        cpus: int,
+        report,
+    ) -> None:
+        """One session into ``run_dir``; ``report`` at every log checkpoint (or round)."""
+        from batchenv.algorithms.batchppo.envs import env_class
+
+        from .train import make_env, train
+
+        run_dir = Path(run_dir)
+        if resume and not (run_dir / CHECKPOINT_NAME).exists():
+            shutil.rmtree(run_dir, ignore_errors=True)  # died before its first round
+            resume = False
+        in_graph = env_class(config.env) is not None
+        config = config.replace(torch_threads=max(1, cpus) if in_graph else 1)
+        env = None if in_graph else make_env(config, num_workers=max(1, cpus - 1))
+
+        def on_checkpoint(steps: int, total_reward: float, updates: int) -> None:
+            report(steps, total_reward, opt_step=updates)
+
+        try:
+            train(
+                config,
+                env=env,
+                logdir=run_dir,
+                resume=resume,
+                progress=progress,
+                on_checkpoint=on_checkpoint if config.log_frequency else None,
+                after_round=None if config.log_frequency else on_checkpoint,
+            )
+        finally:
+            if env is not None:
+                env.close()
+
+
+TRAINER = DQNTrainer()

@@ -1,0 +1,115 @@
+"""SAC as a session of an experiment (the trainer protocol of batchenv.experiment).
+
+A spec's ``config`` holds :class:`SACConfig` fields on top of the preset of its env (the
+same rule as ``batchenv train sac --env``); ``meta.steps``, ``meta.seed`` and
+``meta.eval_every`` set ``steps``, ``seed`` and ``eval_every``, and ``meta.log_frequency``
+(SLM Lab's checkpoint cadence in env frames) sets ``eval_every`` too. A session is
+:func:`~batchenv.algorithms.sac.train.train` into the session folder; its checkpoints are
+the evaluation phases (``eval_episodes`` deterministic episodes every ``eval_every`` train
+steps), so a trial's ``total_reward_ma`` is the mean of its last evaluations.
+
+    >>> config = TRAINER.make_config("CartPole-v1", {"discrete": "gumbel"}, steps=50_000,
+    ...                              seed=3, eval_every=None)
+    >>> config.discrete, config.log_alpha_range, config.seed
+    ('gumbel', (-5.0, 2.0), 3)
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from batchenv.algorithms.batchppo.envs import env_class
+from batchenv.run_dir import CHECKPOINT_NAME
+
+from .cli import preflight, preset_of
+from .config import PRESETS, SACConfig
+
+__all__ = ["TRAINER", "SACTrainer"]
+
+
+class SACTrainer:
+    """SAC under the trainer protocol (see batchenv.experiment.trainers)."""
+
+    config_class = SACConfig
+    meta_fields = {
+        "env": "env",
+        "steps": "steps",
+        "seed": "seed",
+        "eval_every": "eval_every",
+        "log_frequency": "eval_every",
+    }
+    default_env = "Pendulum-v1"
+
+    def make_config(
+        self,
+        env: str,
+        values: Mapping[str, Any],
+        *,
+        steps: int | None,
+        seed: int,
+        eval_every: int | None,
+        log_frequency: int | None = None,
+    ) -> SACConfig:
+        """The preset of ``env`` (or the defaults) with ``values`` and the meta fields."""
+        preset = preset_of(env)
+        base = PRESETS[preset] if preset else SACConfig()
+        meta: dict[str, Any] = {"env": env, "seed": seed}
+        if steps is not None:
+            meta["steps"] = steps
+        cadence = log_frequency if log_frequency is not None else eval_every
+        if cadence is not None:
+            meta["eval_every"] = cadence
+        return base.replace(**dict(values)).replace(**meta)
+
+    def check(self, config: SACConfig) -> None:
+        """What ``batchenv train sac`` checks first (ValueError with one line)."""
+        preflight(config)
+
+    def cpus(self, config: SACConfig) -> int:
+        """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
+        return 1 if env_class(config.env) is not None else 2
+
+    def train(
+        self,
+        config: SACConfig,
+        run_dir: Path,
+        *,
+        resume: bool,
+        progress: bool,
+        cpus: int,
+        report,
+    ) -> None:
+        """One session into ``run_dir``; ``report`` after every evaluation phase."""
+        from .train import make_env, train
+
+        run_dir = Path(run_dir)
+        if resume and not (run_dir / CHECKPOINT_NAME).exists():
+            shutil.rmtree(run_dir, ignore_errors=True)  # died before its first round
+            resume = False
+        in_graph = env_class(config.env) is not None
+        # In-graph envs step in torch: the session's cores are torch threads. Worker envs:
+        # one torch thread, the other cores step the envs.
+        config = config.replace(torch_threads=max(1, cpus) if in_graph else 1)
+        env = None if in_graph else make_env(config, num_workers=max(1, cpus - 1))
+
+        def after_round(steps: int, score: float, updates: int) -> None:
+            report(steps, score, opt_step=updates)
+
+        try:
+            train(
+                config,
+                env=env,
+                logdir=run_dir,
+                resume=resume,
+                progress=progress,
+                after_round=after_round,
+            )
+        finally:
+            if env is not None:
+                env.close()
+
+
+TRAINER = SACTrainer()
