@@ -16,12 +16,11 @@ train env steps, the mean return of the last 100 training episodes); with
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from batchenv.run_dir import CHECKPOINT_NAME
+from batchenv.algorithms.offpolicy import run_session, session_cpus
 
 from .cli import DEFAULT_PRESET, preflight, preset_of
 from .config import PRESETS, DQNConfig
@@ -71,9 +70,7 @@ class DQNTrainer:
 
     def cpus(self, config: DQNConfig) -> int:
         """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
-        from batchenv.algorithms.batchppo.envs import env_class
-
-        return 1 if env_class(config.env) is not None else 2
+        return session_cpus(config)
 
     def train(
         self,
@@ -86,34 +83,22 @@ class DQNTrainer:
         report,
     ) -> None:
         """One session into ``run_dir``; ``report`` at every log checkpoint (or round)."""
-        from batchenv.algorithms.batchppo.envs import env_class
-
         from .train import make_env, train
-
-        run_dir = Path(run_dir)
-        if resume and not (run_dir / CHECKPOINT_NAME).exists():
-            shutil.rmtree(run_dir, ignore_errors=True)  # died before its first round
-            resume = False
-        in_graph = env_class(config.env) is not None
-        config = config.replace(torch_threads=max(1, cpus) if in_graph else 1)
-        env = None if in_graph else make_env(config, num_workers=max(1, cpus - 1))
 
         def on_checkpoint(steps: int, total_reward: float, updates: int) -> None:
             report(steps, total_reward, opt_step=updates)
 
-        try:
-            train(
-                config,
-                env=env,
-                logdir=run_dir,
-                resume=resume,
-                progress=progress,
-                on_checkpoint=on_checkpoint if config.log_frequency else None,
-                after_round=None if config.log_frequency else on_checkpoint,
-            )
-        finally:
-            if env is not None:
-                env.close()
+        run_session(
+            train,
+            make_env,
+            config,
+            run_dir,
+            resume=resume,
+            progress=progress,
+            cpus=cpus,
+            on_checkpoint=on_checkpoint if config.log_frequency else None,
+            after_round=None if config.log_frequency else on_checkpoint,
+        )
 
 
 TRAINER = DQNTrainer()

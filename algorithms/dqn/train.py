@@ -30,19 +30,17 @@ directory holds the last complete round; the round in progress is dropped.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 import batchenv
+from batchenv.algorithms import offpolicy
 from batchenv.algorithms.batchppo.envs import (
     check_time_limit,
     env_class,
@@ -52,6 +50,12 @@ from batchenv.algorithms.batchppo.envs import (
 )
 from batchenv.algorithms.batchppo.log_checkpoints import LogCheckpoints
 from batchenv.algorithms.batchppo.train import TrainingInterrupted, run_episodes
+from batchenv.algorithms.offpolicy import (
+    check_same_run,
+    checkpoint_state,
+    progress_bar,
+    set_rng_states,
+)
 from batchenv.cli_common import ctrl_c_held
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import in_graph_batch_env, simulate
@@ -64,9 +68,6 @@ from .config import DQNConfig
 __all__ = ["check_same_run", "config_from_run", "evaluate", "make_env", "run_phase", "train"]
 
 ALGORITHM = "dqn"
-
-#: Fields a resumed run may change.
-RESUMABLE = ("steps", "device", "torch_threads")
 
 
 def train(
@@ -132,8 +133,9 @@ def train(
             counters = dict(checkpoint["counters"])
             scores = list(checkpoint["scores"])
             log.load_state_dict(checkpoint["log_checkpoints"])
-            _set_rng_states(checkpoint["rng"])
-        bar = _progress_bar(config.steps, counters["train_steps"], scores, progress)
+            set_rng_states(checkpoint["rng"])
+        last_score = scores[-1] if scores else None
+        bar = progress_bar(config.steps, counters["train_steps"], progress, last_score)
         if bar is not None:
             cleanup.callback(bar.close)
         saved_step = counters["train_steps"]
@@ -175,7 +177,11 @@ def train(
                         run.log(train_steps, "train", **stats)
                     run.log(train_steps, "eval", **_eval_metrics(evaluation))
                     run.plot_curve()
-                    run.save_checkpoint(_checkpoint(algo, config, counters, scores, log))
+                    run.save_checkpoint(
+                        checkpoint_state(
+                            algo, config, counters, scores, log_checkpoints=log.state_dict()
+                        )
+                    )
                     saved_step = train_steps
                     for frame, total_reward, updates in log.take():
                         if on_checkpoint is not None:
@@ -327,31 +333,7 @@ def evaluate(
 
 def config_from_run(run_dir: str | Path) -> DQNConfig:
     """The DQNConfig stored in ``run_dir/config.json``."""
-    run = RunDirectory(run_dir, ALGORITHM, resume=True, tensorboard=False)
-    run.close()
-    if run.record.get("algorithm") != ALGORITHM:
-        raise ValueError(
-            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {ALGORITHM!r} run"
-        )
-    values = {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in run.config.items()
-    }
-    return DQNConfig(**values)
-
-
-def check_same_run(saved: DQNConfig, config: DQNConfig) -> None:
-    """A resumed run may only change ``steps``, ``device`` and ``torch_threads``."""
-    changed = [
-        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
-        for field in dataclasses.fields(DQNConfig)
-        if field.name not in RESUMABLE and getattr(saved, field.name) != getattr(config, field.name)
-    ]
-    if changed:
-        raise ValueError(
-            "resume continues a run with its own config; only steps, device and "
-            f"torch_threads may change, but these differ: {'; '.join(changed)}"
-        )
+    return offpolicy.config_from_run(run_dir, ALGORITHM, DQNConfig)
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -360,43 +342,3 @@ def check_same_run(saved: DQNConfig, config: DQNConfig) -> None:
 def _eval_metrics(stats: dict[str, float]) -> dict[str, float]:
     names = ("mean_score", "mean_length", "episodes", "steps_per_s")
     return {name: stats[name] for name in names}
-
-
-def _checkpoint(
-    algo: DQN,
-    config: DQNConfig,
-    counters: dict[str, int],
-    scores: list[float],
-    log: LogCheckpoints,
-) -> dict[str, Any]:
-    return {
-        "algorithm": algo.state_dict(),
-        "config": dataclasses.asdict(config),
-        "counters": dict(counters),
-        "scores": list(scores),
-        "log_checkpoints": log.state_dict(),
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-        },
-    }
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-
-
-def _progress_bar(total: int, done: int, scores: list[float], enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=total, initial=done, unit="step", unit_scale=True, mininterval=1.0, dynamic_ncols=True
-    )
-    if scores:
-        bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
-    return bar

@@ -17,11 +17,16 @@ one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from batchenv.cli_common import evaluation_line, fail, unsaved_interrupt_line, whole_number
-from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME
+from batchenv.algorithms.offpolicy import (
+    RESUMABLE,
+    add_run_arguments,
+    run_command,
+    run_directory,
+)
+from batchenv.cli_common import evaluation_line, fail, whole_number
+from batchenv.run_dir import CHECKPOINT_NAME
 
 from .config import PRESETS, SACConfig, field_help, parse_overrides
 
@@ -82,17 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="set any config field (listed below), e.g. --set q_lr=3e-4 discrete=gumbel",
     )
-    parser.add_argument("--logdir", default=None, help="run directory (default: runs/<name>)")
-    parser.add_argument(
-        "--resume",
-        metavar="RUN_DIR",
-        default=None,
-        help="continue this run from its checkpoint with its config (only --steps, --device "
-        "and --threads may change)",
-    )
-    parser.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
-    )
+    add_run_arguments(parser)
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,52 +105,15 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train sac``; the exit status (2 for bad options, 130 after Ctrl-C)."""
-    from batchenv.run_dir import default_path
-
-    from .train import TrainingInterrupted
     from .train import train as run_training
 
     try:
         config = make_config(args)
         preflight(config)
-        if args.resume and not (Path(args.resume) / CHECKPOINT_NAME).exists():
-            raise FileNotFoundError(
-                f"{args.resume} has no checkpoint yet (one is written after every round), "
-                "so there is nothing to resume; start a new run instead"
-            )
-        logdir = Path(args.resume or args.logdir or default_path("sac", config.env))
-        if not args.resume and (logdir / CONFIG_NAME).exists():
-            raise FileExistsError(
-                f"{logdir} already holds a run; continue it with --resume {logdir}, or "
-                "choose another --logdir"
-            )
+        logdir = run_directory(args, "sac", config.env)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
         return fail("train sac", error)
-    action = "resuming" if args.resume else "training"
-    print(
-        f"sac: {action} on {config.env} for {config.steps:,} env steps; run directory {logdir}",
-        file=sys.stderr,
-    )
-    try:
-        scores = run_training(
-            config, logdir=logdir, resume=bool(args.resume), progress=args.progress
-        )
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
-        return fail("train sac", error)
-    except TrainingInterrupted as stop:
-        print(
-            f"\ninterrupted; checkpoint saved in {stop.run_dir} (resume with batchenv train "
-            f"sac --resume {stop.run_dir}); it holds the last complete round, train step "
-            f"{stop.step:,}: the round in progress was dropped",
-            file=sys.stderr,
-        )
-        return 130
-    except KeyboardInterrupt:
-        print(f"\n{unsaved_interrupt_line('sac', logdir)}", file=sys.stderr)
-        return 130
-    final = f"{scores[-1]:.1f}" if scores else "none"
-    print(f"sac: done, {len(scores)} evaluations, final eval score {final}; {logdir}")
-    return 0
+    return run_command("sac", config, logdir, args, run_training, score_name="score")
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
@@ -214,7 +172,7 @@ def make_config(args: argparse.Namespace) -> SACConfig:
     )
     overrides = parse_overrides(args.overrides)
     if args.resume:
-        from .train import RESUMABLE, config_from_run
+        from .train import config_from_run
 
         if args.preset or args.overrides or set(named) - set(RESUMABLE):
             raise ValueError(

@@ -16,13 +16,11 @@ steps), so a trial's ``total_reward_ma`` is the mean of its last evaluations.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from batchenv.algorithms.batchppo.envs import env_class
-from batchenv.run_dir import CHECKPOINT_NAME
+from batchenv.algorithms.offpolicy import run_session, session_cpus
 
 from .cli import preflight, preset_of
 from .config import PRESETS, SACConfig
@@ -70,7 +68,7 @@ class SACTrainer:
 
     def cpus(self, config: SACConfig) -> int:
         """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
-        return 1 if env_class(config.env) is not None else 2
+        return session_cpus(config)
 
     def train(
         self,
@@ -85,31 +83,19 @@ class SACTrainer:
         """One session into ``run_dir``; ``report`` after every evaluation phase."""
         from .train import make_env, train
 
-        run_dir = Path(run_dir)
-        if resume and not (run_dir / CHECKPOINT_NAME).exists():
-            shutil.rmtree(run_dir, ignore_errors=True)  # died before its first round
-            resume = False
-        in_graph = env_class(config.env) is not None
-        # In-graph envs step in torch: the session's cores are torch threads. Worker envs:
-        # one torch thread, the other cores step the envs.
-        config = config.replace(torch_threads=max(1, cpus) if in_graph else 1)
-        env = None if in_graph else make_env(config, num_workers=max(1, cpus - 1))
-
         def after_round(steps: int, score: float, updates: int) -> None:
             report(steps, score, opt_step=updates)
 
-        try:
-            train(
-                config,
-                env=env,
-                logdir=run_dir,
-                resume=resume,
-                progress=progress,
-                after_round=after_round,
-            )
-        finally:
-            if env is not None:
-                env.close()
+        run_session(
+            train,
+            make_env,
+            config,
+            run_dir,
+            resume=resume,
+            progress=progress,
+            cpus=cpus,
+            after_round=after_round,
+        )
 
 
 TRAINER = SACTrainer()

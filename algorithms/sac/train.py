@@ -27,21 +27,25 @@ Env steps count every row (``num_envs`` per ``simulate()`` call): a run's train 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 import batchenv
+from batchenv.algorithms import offpolicy
 from batchenv.algorithms.batchppo.envs import env_class, gym_constructor, phase_seed, reseed
 from batchenv.algorithms.batchppo.train import TrainingInterrupted, run_episodes
+from batchenv.algorithms.offpolicy import (
+    check_same_run,
+    checkpoint_state,
+    progress_bar,
+    set_rng_states,
+)
 from batchenv.cli_common import ctrl_c_held
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import in_graph_batch_env, simulate
@@ -62,8 +66,6 @@ __all__ = [
 ]
 
 ALGORITHM = "sac"
-#: Fields a resumed run may change.
-RESUMABLE = ("steps", "device", "torch_threads")
 
 
 def train(
@@ -128,8 +130,8 @@ def train(
             algo.load_state_dict(checkpoint["algorithm"])
             counters = dict(checkpoint["counters"])
             scores = list(checkpoint["scores"])
-            _set_rng_states(checkpoint["rng"])
-        bar = _progress_bar(config.steps, counters["train_steps"], progress)
+            set_rng_states(checkpoint["rng"])
+        bar = progress_bar(config.steps, counters["train_steps"], progress)
         if bar is not None:
             cleanup.callback(bar.close)
 
@@ -167,7 +169,7 @@ def train(
                     run.log(train_steps, "train", **stats)
                     run.log(train_steps, "eval", **evaluation)
                     run.plot_curve()
-                    run.save_checkpoint(_checkpoint(algo, config, counters, scores))
+                    run.save_checkpoint(checkpoint_state(algo, config, counters, scores))
                 if bar is not None:
                     bar.set_postfix(eval=f"{scores[-1]:.1f}", refresh=False)
                 if after_round is not None:
@@ -317,63 +319,4 @@ def evaluate(
 
 def config_from_run(run_dir: str | Path) -> SACConfig:
     """The SACConfig stored in ``run_dir/config.json``."""
-    run = RunDirectory(run_dir, ALGORITHM, resume=True, tensorboard=False)
-    run.close()
-    if run.record.get("algorithm") != ALGORITHM:
-        raise ValueError(
-            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {ALGORITHM!r} run"
-        )
-    values = {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in run.config.items()
-    }
-    return SACConfig(**values)
-
-
-def check_same_run(saved: SACConfig, config: SACConfig) -> None:
-    """A resumed run may only change ``steps``, ``device`` and ``torch_threads``."""
-    changed = [
-        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
-        for field in dataclasses.fields(SACConfig)
-        if field.name not in RESUMABLE and getattr(saved, field.name) != getattr(config, field.name)
-    ]
-    if changed:
-        raise ValueError(
-            "resume continues a run with its own config; only steps, device and torch_threads "
-            f"may change, but these differ: {'; '.join(changed)}"
-        )
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-
-def _checkpoint(
-    algo: SAC, config: SACConfig, counters: dict[str, int], scores: list[float]
-) -> dict[str, Any]:
-    return {
-        "algorithm": algo.state_dict(),
-        "config": dataclasses.asdict(config),
-        "counters": dict(counters),
-        "scores": list(scores),
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-        },
-    }
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-
-
-def _progress_bar(total: int, done: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total, initial=done, unit="step", unit_scale=True, mininterval=1.0, dynamic_ncols=True
-    )
+    return offpolicy.config_from_run(run_dir, ALGORITHM, SACConfig)

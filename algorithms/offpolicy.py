@@ -1,0 +1,237 @@
+"""What DQN and SAC (the replay-memory algorithms) share: the run options and run directory
+of ``batchenv train``, the resume checks, the checkpoint contents and the session runner.
+
+Each algorithm keeps its own config, loop and messages' names; these helpers take them.
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_run_arguments(parser)
+    >>> parser.parse_args(["--resume", "runs/x"]).resume
+    'runs/x'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from batchenv.cli_common import fail, unsaved_interrupt_line
+from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME, RunDirectory
+
+__all__ = [
+    "RESUMABLE",
+    "add_run_arguments",
+    "check_same_run",
+    "checkpoint_state",
+    "config_from_run",
+    "progress_bar",
+    "run_command",
+    "run_directory",
+    "run_session",
+    "session_cpus",
+    "set_rng_states",
+]
+
+#: Fields a resumed run may change.
+RESUMABLE = ("steps", "device", "torch_threads")
+
+
+# --- batchenv train <algorithm> ---------------------------------------------------------------
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--logdir``, ``--resume RUN_DIR`` and ``--no-progress`` to ``parser``."""
+    parser.add_argument("--logdir", default=None, help="run directory (default: runs/<name>)")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue this run from its checkpoint with its config (only --steps, --device "
+        "and --threads may change)",
+    )
+    parser.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
+    )
+
+
+def run_directory(args: argparse.Namespace, algorithm: str, env: str) -> Path:
+    """The run directory ``args`` name (FileNotFoundError / FileExistsError when unusable)."""
+    from batchenv.run_dir import default_path
+
+    if args.resume and not (Path(args.resume) / CHECKPOINT_NAME).exists():
+        raise FileNotFoundError(
+            f"{args.resume} has no checkpoint yet (one is written after every round), "
+            "so there is nothing to resume; start a new run instead"
+        )
+    logdir = Path(args.resume or args.logdir or default_path(algorithm, env))
+    if not args.resume and (logdir / CONFIG_NAME).exists():
+        raise FileExistsError(
+            f"{logdir} already holds a run; continue it with --resume {logdir}, or "
+            "choose another --logdir"
+        )
+    return logdir
+
+
+def run_command(
+    algorithm: str,
+    config: Any,
+    logdir: Path,
+    args: argparse.Namespace,
+    run_training: Callable[..., list[float]],
+    score_name: str,
+) -> int:
+    """Run ``run_training`` for ``batchenv train <algorithm>``; the exit status (130: Ctrl-C)."""
+    from batchenv.algorithms.batchppo.train import TrainingInterrupted
+
+    action = "resuming" if args.resume else "training"
+    print(
+        f"{algorithm}: {action} on {config.env} for {config.steps:,} env steps; run directory "
+        f"{logdir}",
+        file=sys.stderr,
+    )
+    try:
+        scores = run_training(
+            config, logdir=logdir, resume=bool(args.resume), progress=args.progress
+        )
+    except (ValueError, FileExistsError, FileNotFoundError) as error:
+        return fail(f"train {algorithm}", error)
+    except TrainingInterrupted as stop:
+        print(
+            f"\ninterrupted; checkpoint saved in {stop.run_dir} (resume with batchenv train "
+            f"{algorithm} --resume {stop.run_dir}); it holds the last complete round, train "
+            f"step {stop.step:,}: the round in progress was dropped",
+            file=sys.stderr,
+        )
+        return 130
+    except KeyboardInterrupt:
+        print(f"\n{unsaved_interrupt_line(algorithm, logdir)}", file=sys.stderr)
+        return 130
+    final = f"{scores[-1]:.1f}" if scores else "none"
+    print(
+        f"{algorithm}: done, {len(scores)} evaluations, final eval {score_name} {final}; {logdir}"
+    )
+    return 0
+
+
+# --- resume and checkpoints -------------------------------------------------------------------
+
+
+def config_from_run(run_dir: str | Path, algorithm: str, config_class: type) -> Any:
+    """The ``config_class`` stored in ``run_dir/config.json`` (ValueError for another kind)."""
+    run = RunDirectory(run_dir, algorithm, resume=True, tensorboard=False)
+    run.close()
+    if run.record.get("algorithm") != algorithm:
+        raise ValueError(
+            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {algorithm!r} run"
+        )
+    values = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in run.config.items()
+    }
+    return config_class(**values)
+
+
+def check_same_run(saved: Any, config: Any) -> None:
+    """ValueError unless ``config`` equals ``saved`` outside :data:`RESUMABLE`."""
+    changed = [
+        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
+        for field in dataclasses.fields(saved)
+        if field.name not in RESUMABLE and getattr(saved, field.name) != getattr(config, field.name)
+    ]
+    if changed:
+        raise ValueError(
+            "resume continues a run with its own config; only steps, device and torch_threads "
+            f"may change, but these differ: {'; '.join(changed)}"
+        )
+
+
+def checkpoint_state(
+    algo: Any,
+    config: Any,
+    counters: dict[str, int],
+    scores: Sequence[float],
+    **extra: Any,
+) -> dict[str, Any]:
+    """A round's checkpoint: algorithm, config, counters, scores, ``extra`` and RNG states."""
+    return {
+        "algorithm": algo.state_dict(),
+        "config": dataclasses.asdict(config),
+        "counters": dict(counters),
+        "scores": list(scores),
+        **extra,
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+        },
+    }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore the torch, NumPy and Python RNG states a checkpoint holds."""
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+
+
+def progress_bar(total: int, done: int, enabled: bool, last_score: float | None = None):
+    """A tqdm bar of env steps from ``done`` (None when not ``enabled``)."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total, initial=done, unit="step", unit_scale=True, mininterval=1.0, dynamic_ncols=True
+    )
+    if last_score is not None:
+        bar.set_postfix(eval=f"{last_score:.1f}", refresh=False)
+    return bar
+
+
+# --- sessions of batchenv run -----------------------------------------------------------------
+
+
+def session_cpus(config: Any) -> int:
+    """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
+    from batchenv.algorithms.batchppo.envs import env_class
+
+    return 1 if env_class(config.env) is not None else 2
+
+
+def run_session(
+    train: Callable[..., Any],
+    make_env: Callable[..., Any],
+    config: Any,
+    run_dir: Path,
+    *,
+    resume: bool,
+    progress: bool,
+    cpus: int,
+    **callbacks: Any,
+) -> None:
+    """``train(config, ...)`` into ``run_dir`` on ``cpus`` cores, passing ``callbacks`` on."""
+    from batchenv.algorithms.batchppo.envs import env_class
+
+    run_dir = Path(run_dir)
+    if resume and not (run_dir / CHECKPOINT_NAME).exists():
+        shutil.rmtree(run_dir, ignore_errors=True)  # died before its first round
+        resume = False
+    in_graph = env_class(config.env) is not None
+    # In-graph envs step in torch: the session's cores are torch threads. Worker envs:
+    # one torch thread, the other cores step the envs.
+    config = config.replace(torch_threads=max(1, cpus) if in_graph else 1)
+    env = None if in_graph else make_env(config, num_workers=max(1, cpus - 1))
+    try:
+        train(config, env=env, logdir=run_dir, resume=resume, progress=progress, **callbacks)
+    finally:
+        if env is not None:
+            env.close()
