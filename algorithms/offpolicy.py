@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from batchenv.algorithms.batchppo.envs import env_class
 from batchenv.cli_common import fail, unsaved_interrupt_line
+from batchenv.preflight import check_device, check_gym_env
 from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME, RunDirectory
 
 __all__ = [
@@ -152,6 +154,29 @@ def check_same_run(saved: Any, config: Any) -> None:
             "resume continues a run with its own config; only steps, device and torch_threads "
             f"may change, but these differ: {'; '.join(changed)}"
         )
+
+
+def check_start(
+    config: Any,
+    env: Any,
+    logdir: str | Path | None,
+    resume: bool,
+    config_from_run: Callable[[str | Path], Any],
+) -> None:
+    """What a run checks before anything touches the disk: the device, the env id, and when
+    resuming, the run directory's stored config (read by ``config_from_run``) and checkpoint."""
+    check_device(config.device)
+    if env is None and env_class(config.env) is None:
+        check_gym_env(config.env)
+    if resume:
+        if logdir is None:
+            raise ValueError("resume=True needs logdir, the run directory to continue")
+        check_same_run(config_from_run(logdir), config)
+        if not (Path(logdir) / CHECKPOINT_NAME).exists():
+            raise FileNotFoundError(
+                f"{logdir} has no checkpoint yet (one is written after every round), so "
+                "there is nothing to resume; start a new run instead"
+            )
 
 
 def checkpoint_state(

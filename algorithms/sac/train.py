@@ -41,7 +41,6 @@ from batchenv.algorithms import offpolicy
 from batchenv.algorithms.batchppo.envs import env_class, gym_constructor, phase_seed, reseed
 from batchenv.algorithms.batchppo.train import TrainingInterrupted, run_episodes
 from batchenv.algorithms.offpolicy import (
-    check_same_run,
     checkpoint_state,
     progress_bar,
     set_rng_states,
@@ -49,7 +48,7 @@ from batchenv.algorithms.offpolicy import (
 from batchenv.cli_common import ctrl_c_held
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import in_graph_batch_env, simulate
-from batchenv.preflight import check_device, check_gym_env
+from batchenv.preflight import check_device
 from batchenv.run_dir import CHECKPOINT_NAME, RunDirectory
 
 from .algorithm import SAC, UPDATE_STATS
@@ -95,18 +94,7 @@ def train(
         >>> scores = train(PRESETS["pendulum"], logdir="runs/sac-pendulum")
     """
     # 1. Checks that need nothing on disk.
-    check_device(config.device)
-    if env is None and env_class(config.env) is None:
-        check_gym_env(config.env)
-    if resume:
-        if logdir is None:
-            raise ValueError("resume=True needs logdir, the run directory to continue")
-        check_same_run(config_from_run(logdir), config)
-        if not (Path(logdir) / CHECKPOINT_NAME).exists():
-            raise FileNotFoundError(
-                f"{logdir} has no checkpoint yet (one is written after every round), so "
-                "there is nothing to resume; start a new run instead"
-            )
+    offpolicy.check_start(config, env, logdir, resume, config_from_run)
     with contextlib.ExitStack() as cleanup:
         if config.torch_threads:
             cleanup.callback(torch.set_num_threads, torch.get_num_threads())
