@@ -35,6 +35,8 @@ program's steps/s over Gymnasium's NumPy vector env's at the same N.
     flock /tmp/bench.lock python benchmarks/jax_parity.py --only ppo,seeds --rounds 3
     python benchmarks/jax_parity.py --only stepping --seconds 0.3 --rounds 1   # smoke test
     python benchmarks/jax_parity.py --json parity.json   # also write every run and curve
+    # a GPU machine whose python3 has jax with CUDA (gymnax and distrax on PYTHONPATH):
+    python benchmarks/jax_parity.py --device cuda --jax-python python3 --sizes 4096,1048576
 
 Run the measurement with nothing else on the machine (other agents: under ``flock
 /tmp/bench.lock``): both sides use every core.
@@ -192,7 +194,7 @@ def patch_wrappers(folder: Path) -> None:
 
 def check_ready(args: argparse.Namespace) -> None:
     """Fail fast, before any run, when the venv or PureJaxRL is missing."""
-    if not venv_python(args.venv).exists():
+    if args.jax_python is None and not venv_python(args.venv).exists():
         raise SystemExit(
             f"no JAX venv at {args.venv}; run: python benchmarks/jax_parity.py --setup"
         )
@@ -211,6 +213,8 @@ def check_ready(args: argparse.Namespace) -> None:
 
 def spec_for(side: str, workload: str, args: argparse.Namespace) -> dict:
     spec = {"side": side, "workload": workload}
+    if side == "batchenv":
+        spec["device"] = args.device
     if workload == "stepping":
         return {**spec, "sizes": args.sizes, "seconds": args.seconds}
     spec.update(seeds=SEEDS[workload], seed=args.seed)
@@ -226,10 +230,12 @@ def spec_for(side: str, workload: str, args: argparse.Namespace) -> dict:
 
 def run_child(spec: dict, args: argparse.Namespace) -> dict:
     """Run ``spec`` in a fresh interpreter of its side; its RESULT, or ``{"error": ...}``."""
-    python = str(venv_python(args.venv)) if spec["side"] == "jax" else sys.executable
+    python = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if spec["side"] == "jax":
-        env.pop("PYTHONPATH", None)  # nothing of this project's interpreter
+        python = str(args.jax_python or venv_python(args.venv))
+        if args.jax_python is None:
+            env.pop("PYTHONPATH", None)  # nothing of this project's interpreter
     with tempfile.TemporaryDirectory(prefix="jax_parity_") as scratch:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(scratch) / "inductor")
         command = [python, str(HERE / "jax_parity_child.py"), json.dumps(spec)]
@@ -425,6 +431,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=2.0, help="stepping: timed per program")
     parser.add_argument("--seed", type=int, default=30, help="PPO key (ppo.py's PRNGKey(30))")
     parser.add_argument("--venv", type=Path, default=CACHE / "jax-venv")
+    parser.add_argument(
+        "--jax-python",
+        type=Path,
+        help="the JAX side's interpreter instead of the venv's (e.g. a GPU machine's python3 "
+        "with jax[cuda]; PYTHONPATH is then passed on, for gymnax and distrax)",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="batchenv's torch device (the JAX side: JAX's default)"
+    )
     parser.add_argument("--purejaxrl-dir", type=Path, default=CACHE / "purejaxrl")
     parser.add_argument("--timeout", type=int, default=RUN_TIMEOUT_S, help="per run, seconds")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write all runs here")

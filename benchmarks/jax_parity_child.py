@@ -218,12 +218,15 @@ def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
 
     versions = package_versions(["torch", "batchenv", "gymnasium"])
     versions["torch_threads"] = torch.get_num_threads()
+    device = torch.device(spec.get("device", "cpu"))
+    if device.type == "cuda":
+        versions["torch_device"] = torch.cuda.get_device_name(device)
     if spec["workload"] == "stepping":
         entries = []
         for n in spec["sizes"]:
             entries += [
-                batchenv_rollout(n, spec["seconds"]),
-                batchenv_step(n, spec["seconds"]),
+                batchenv_rollout(n, spec["seconds"], device),
+                batchenv_step(n, spec["seconds"], device),
                 gymnasium_vector(n, spec["seconds"]),
             ]
             torch._dynamo.reset()
@@ -241,7 +244,9 @@ def batchenv_ppo(spec: dict) -> dict:
         from batchenv.algorithms.ppo import PPOConfig, train
     except ImportError as error:
         return {"label": label, "unavailable": f"not available ({error})"}
-    config = PPOConfig(**spec["batchenv_config"], seeds=spec["seeds"])
+    config = PPOConfig(
+        **spec["batchenv_config"], seeds=spec["seeds"], device=spec.get("device", "cpu")
+    )
     begin = time.perf_counter()
     result = train(config)
     wall = time.perf_counter() - begin
@@ -273,21 +278,28 @@ def random_algorithm():
     return RandomAlgorithm
 
 
-def batchenv_rollout(num_envs: int, seconds: float) -> dict:
+def device_sync(device) -> Callable[[], None]:
+    """What makes a timer honest on ``device``: CUDA runs kernels asynchronously."""
+    import torch
+
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+
+def batchenv_rollout(num_envs: int, seconds: float, device) -> dict:
     """``batchenv.in_graph.rollout(env, algo, steps=SCAN_STEPS)``: the in-graph counterpart of
     the gymnax scan (reset of finished rows, random actions, score and length bookkeeping).
     Where ``rollout`` is missing: ``torch.compile(simulate)`` called SCAN_STEPS times."""
     from batchenv.kernels import CartPole
 
-    env = CartPole(num_envs=num_envs, seed=0)
-    algo = random_algorithm()(env.single_action_space, seed=0)
+    env = CartPole(num_envs=num_envs, seed=0, device=device)
+    algo = random_algorithm()(env.single_action_space, seed=0, device=device)
     try:
         from batchenv.in_graph import rollout
     except ImportError:
         return simulate_loop(env, algo, num_envs, seconds)
     rollout = getattr(rollout, "rollout", rollout)  # the module's function, if not re-exported
     compile_seconds, rate = first_call_compile(
-        lambda: rollout(env, algo, steps=SCAN_STEPS), lambda: None, 3, seconds
+        lambda: rollout(env, algo, steps=SCAN_STEPS), device_sync(device), 3, seconds
     )
     return {
         "label": f"batchenv rollout(steps={SCAN_STEPS})",
@@ -319,16 +331,16 @@ def simulate_loop(env, algo, num_envs: int, seconds: float) -> dict:
     }
 
 
-def batchenv_step(num_envs: int, seconds: float) -> dict:
+def batchenv_step(num_envs: int, seconds: float, device) -> dict:
     """The env alone: ``torch.compile`` of ``CartPole.step(action, reset_mask=done)`` with
     pre-drawn random actions, one call per step (no algorithm, no bookkeeping)."""
     import torch
 
     from batchenv.kernels import CartPole
 
-    env = CartPole(num_envs=num_envs, seed=0)
-    actions = torch.randint(0, 2, (ACTION_BATCHES, num_envs))
-    done = torch.zeros(num_envs, dtype=torch.bool)
+    env = CartPole(num_envs=num_envs, seed=0, device=device)
+    actions = torch.randint(0, 2, (ACTION_BATCHES, num_envs), device=device)
+    done = torch.zeros(num_envs, dtype=torch.bool, device=device)
 
     def step(action, reset_mask):
         _, _, terminated, truncated = env.step(action, reset_mask)
@@ -343,7 +355,7 @@ def batchenv_step(num_envs: int, seconds: float) -> dict:
             done = compiled(actions[index % ACTION_BATCHES], done)
             index += 1
 
-    compile_seconds, rate = first_call_compile(call, lambda: None, 1, seconds)
+    compile_seconds, rate = first_call_compile(call, device_sync(device), 1, seconds)
     return {
         "label": "batchenv CartPole.step, torch.compile",
         "num_envs": num_envs,
