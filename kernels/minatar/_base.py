@@ -6,12 +6,14 @@ A game module (``breakout.py``, ...) subclasses :class:`MinAtarEnv` once and dec
 - ``channels``: the observation channels in MinAtar's order;
 - ``minimal_actions``: the full-set ids of the game's minimal action set (MinAtar's order);
 - ``fields``: ``{name: (per-row shape, dtype)}`` of its state tensors;
-- ``reset_draws`` / ``step_draws``: the :class:`Draw` groups a fresh start / a step consumes;
+- ``reset_draws`` / ``step_draws``: the :class:`Draw` groups a fresh start / a step consumes
+  (either may be empty: Asterix's fresh start draws nothing);
 
 and implements four functions of plain tensor code (no ``.item()``, no Python ``if`` on a
 value, so a compiled rollout has no graph break):
 
-- ``_initial(draws) -> state``: fresh states of K rows from their reset draws;
+- ``_initial(rows, draws) -> state``: fresh states of ``rows`` (an int, K) rows from their
+  reset draws (``draws[name]`` is ``[K, count]`` for each of ``reset_draws``);
 - ``_act(state, action, draws) -> (state, reward, terminal)``: one step of MinAtar's
   ``Env.act`` for rows that are not terminal yet (``action`` holds full-set ids 0..5);
 - ``_observe(state) -> observ``: bool ``[K, 10, 10, C]``, MinAtar's ``Env.state()``;
@@ -199,7 +201,7 @@ class MinAtarEnv:
         else:
             draws = self._check_draws(draws, self.reset_draws, len(indices), "reset")
         self._events.index_add_(0, indices, torch.ones_like(indices))
-        fresh = self._fresh(self._initial(draws), self.state["last_action"][indices])
+        fresh = self._fresh(self._initial(len(indices), draws), self.state["last_action"][indices])
         for key, value in fresh.items():
             self.state[key].index_copy_(0, indices, value)
         return self._observe(fresh)
@@ -208,7 +210,9 @@ class MinAtarEnv:
         """Start the rows where ``mask`` (bool ``[N]``) is set afresh; return every row's
         observation. The traceable :meth:`reset` that ``rollout()`` calls every step."""
         mask = check_reset_mask(self, mask)
-        fresh = self._fresh(self._initial(self._uniforms(None)), self.state["last_action"])
+        fresh = self._fresh(
+            self._initial(self.num_envs, self._uniforms(None)), self.state["last_action"]
+        )
         self._events.add_(mask.to(torch.int64))
         state = _where(mask, fresh, self.state)
         self._write(state)
@@ -252,7 +256,7 @@ class MinAtarEnv:
         reward = torch.where(frozen, 0.0, reward.to(torch.float32))
         self._events.add_(1)
         if reset_mask is not None:
-            fresh = self._fresh(self._initial(own), state["last_action"])
+            fresh = self._fresh(self._initial(self.num_envs, own), state["last_action"])
             new = _where(reset_mask, fresh, new)
             reward = torch.where(reset_mask, 0.0, reward)
         self._write(new)
@@ -310,8 +314,9 @@ class MinAtarEnv:
 
     # -- hooks for the game modules --------------------------------------------------------
 
-    def _initial(self, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Fresh states (the game's ``fields``) of K rows from their reset draws."""
+    def _initial(self, rows: int, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fresh states (the game's ``fields``, each ``[rows, ...]``) from the rows' reset
+        draws (``draws[name]`` is ``[rows, count]`` for each of ``reset_draws``)."""
         raise NotImplementedError
 
     def _act(

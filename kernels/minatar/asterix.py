@@ -68,17 +68,13 @@ class Asterix(MinAtarEnv):
         "ramp_timer": ((), _INT),
         "ramp_index": ((), _INT),
     }
-    # MinAtar's reset draws nothing: this empty group only tells _initial its row count.
-    reset_draws = (Draw("fresh_start", 0, "Env.reset"),)
     step_draws = (
         Draw("spawn_right", 1, "Env._spawn_entity"),
         Draw("spawn_gold", 1, "Env._spawn_entity"),
         Draw("spawn_slot", 1, "Env._spawn_entity"),
     )
 
-    def _initial(self, draws):
-        rows = draws["fresh_start"].shape[0]
-
+    def _initial(self, rows, draws):  # MinAtar's reset draws nothing
         def full(value: int) -> torch.Tensor:
             return torch.full((rows,), value, dtype=_INT, device=self.device)
 

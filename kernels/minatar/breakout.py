@@ -56,20 +56,19 @@ class Breakout(MinAtarEnv):
     }
     reset_draws = (Draw("ball_start", 1, "Env.reset"),)
 
-    def _initial(self, draws):
+    def _initial(self, rows, draws):
         right = draws["ball_start"][:, 0] >= 0.5  # randint(2) == 1
-        k = right.shape[0]
         ball_x = torch.where(right, 9, 0)
-        ball_y = torch.full((k,), 3, dtype=_INT, device=right.device)
+        ball_y = torch.full((rows,), 3, dtype=_INT, device=right.device)
         return {
             "ball_x": ball_x,
             "ball_y": ball_y,
             "ball_dir": torch.where(right, 3, 2),
             "last_x": ball_x,
             "last_y": ball_y,
-            "pos": torch.full((k,), 4, dtype=_INT, device=right.device),
-            "strike": torch.zeros(k, dtype=torch.bool, device=right.device),
-            "brick": _full_wall(k, right.device),
+            "pos": torch.full((rows,), 4, dtype=_INT, device=right.device),
+            "strike": torch.zeros(rows, dtype=torch.bool, device=right.device),
+            "brick": _full_wall(rows, right.device),
         }
 
     def _act(self, state, action, draws):

@@ -65,10 +65,9 @@ class Freeway(MinAtarEnv):
     )
     step_draws = reset_draws
 
-    def _initial(self, draws):
+    def _initial(self, rows, draws):
         timer, speed = _random_cars(draws)
-        k = speed.shape[0]
-        full = torch.ones(k, dtype=_INT, device=speed.device)
+        full = torch.ones(rows, dtype=_INT, device=speed.device)
         return {
             "pos": full * (SIZE - 1),
             "move_timer": full * PLAYER_SPEED,

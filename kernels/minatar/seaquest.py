@@ -113,8 +113,6 @@ class Seaquest(MinAtarEnv):
         "ebullet_right": ((SIZE, SIZE), torch.bool),
         "ebullet_left": ((SIZE, SIZE), torch.bool),
     }
-    # MinAtar's reset draws nothing: this empty group only tells _initial its row count.
-    reset_draws = (Draw("fresh_start", 0, "Env.reset"),)
     step_draws = (
         Draw("enemy_right", 1, "Env._spawn_enemy"),
         Draw("enemy_sub", 1, "Env._spawn_enemy"),
@@ -123,8 +121,7 @@ class Seaquest(MinAtarEnv):
         Draw("diver_row", 1, "Env._spawn_diver"),
     )
 
-    def _initial(self, draws):
-        rows = draws["fresh_start"].shape[0]
+    def _initial(self, rows, draws):  # MinAtar's reset draws nothing
         start = {
             "oxygen": MAX_OXYGEN,
             "sub_x": 5,

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import FIRE, LEFT, NOOP, RIGHT, SIZE, Draw, MinAtarEnv, at, cell, grid
+from ._base import FIRE, LEFT, NOOP, RIGHT, SIZE, MinAtarEnv, at, cell, grid
 
 _INT = torch.int64
 SHOT_COOL_DOWN = 5
@@ -78,11 +78,8 @@ class SpaceInvaders(MinAtarEnv):
         "ramp_index": ((), _INT),
     }
 
-    # MinAtar's reset draws nothing: this empty group only tells _initial its row count.
-    reset_draws = (Draw("fresh_start", 0, "Env.reset"),)
-
-    def _initial(self, draws):
-        return _initial_state(draws["fresh_start"].shape[0], self.device)
+    def _initial(self, rows, draws):  # MinAtar's reset draws nothing
+        return _initial_state(rows, self.device)
 
     def _act(self, state, action, draws):
         pos, shot_timer = state["pos"], state["shot_timer"]

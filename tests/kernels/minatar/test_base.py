@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from batchenv.kernels.minatar import Breakout, Freeway
+from batchenv.kernels.minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 from tests.kernels.minatar.scenes import row
 
 GAMES = [pytest.param(Breakout, id="breakout"), pytest.param(Freeway, id="freeway")]
@@ -97,6 +97,27 @@ def test_per_block_seeds_are_lone_envs(game):
 def test_ball_starts_on_either_side_evenly():
     right = Breakout(20000, seed=2).get_state()["ball_x"] == 9
     assert abs(float(right.to(torch.float64).mean()) - 0.5) < 0.01
+
+
+@pytest.mark.parametrize(
+    "game",
+    [
+        pytest.param(Asterix, id="asterix"),
+        pytest.param(Seaquest, id="seaquest"),
+        pytest.param(SpaceInvaders, id="space_invaders"),
+    ],
+)
+def test_a_fresh_start_that_draws_nothing_takes_no_draws(game):
+    assert game.reset_draws == ()  # MinAtar's reset makes no random call in these games
+    env = game(3, seed=0)
+    for _ in range(5):
+        env.step(torch.zeros(3, dtype=torch.int64))
+    observ = env.reset(torch.tensor([0, 2]), draws={})
+    fresh = game(2, seed=1).reset(torch.tensor([0, 1]))
+    assert torch.equal(observ, fresh)
+    assert env.get_state()["elapsed"].tolist() == [0, 5, 0]
+    with pytest.raises(ValueError, match=r"draws must have the keys \[\], got \['fresh_start'\]"):
+        env.reset(torch.tensor([0]), draws={"fresh_start": torch.zeros(1, 0)})
 
 
 def test_reset_where_starts_only_the_masked_rows():

@@ -1,0 +1,274 @@
+"""One measured run of ``benchmarks/minatar_throughput.py``, in a fresh interpreter.
+
+    python minatar_throughput_child.py SPEC
+
+SPEC is a JSON object with ``side`` ("gymnax", "batchenv" or "minatar"), ``game`` (MinAtar's
+name: "asterix", "breakout", "freeway", "seaquest" or "space_invaders"), ``sizes`` (numbers
+of envs) and ``seconds`` (timed per program); the "batchenv" side also ``device``,
+``compiled``, ``unroll`` and ``threads`` (torch's intra-op threads; None: torch's default).
+The "gymnax" side runs with the JAX interpreter (jax, gymnax); the others with the
+project's python. Each side imports only its own libraries, inside the functions below. The
+run ends with one ``RESULT {json}`` line of the same shape on every side: ``{"side",
+"game", "versions", "entries": [...]}``, each entry one measured program: ``label``,
+``num_envs``, ``steps_per_second`` (env steps of all envs per second, run time only) and
+``compile_seconds`` (0 for programs that compile nothing). An entry whose code
+cannot be imported is ``{"label", "num_envs", "unavailable": reason}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+# Helpers shared with the JAX parity benchmark (stdlib only at import, so the JAX
+# interpreter can import them too; this folder is on sys.path as the script's own).
+from jax_parity_child import first_call_compile, package_versions, steady_rate
+
+RESULT_PREFIX = "RESULT "
+SCAN_STEPS = 64  # the most steps per compiled program call (gymnax's lax.scan, our rollout)
+CALL_ENV_STEPS = 2**17  # fewer steps per call at large N: env steps of all envs per call
+ACTION_BATCHES = 64  # distinct pre-drawn action batches for the per-step methods, cycled
+WARM_STEPS = 3  # eager and reference steps before the clock starts
+
+#: MinAtar's game name: (batchenv class in batchenv.kernels.minatar, gymnax id).
+GAMES = {
+    "asterix": ("Asterix", "Asterix-MinAtar"),
+    "breakout": ("Breakout", "Breakout-MinAtar"),
+    "freeway": ("Freeway", "Freeway-MinAtar"),
+    "seaquest": ("Seaquest", "Seaquest-MinAtar"),
+    "space_invaders": ("SpaceInvaders", "SpaceInvaders-MinAtar"),
+}
+
+
+def steps_per_call(num_envs: int) -> int:
+    """Steps per compiled call at ``num_envs``: SCAN_STEPS, fewer where N is large (at N =
+    65,536 a call is then 2 steps, still long enough to hide the per-call overhead, and one
+    call of gymnax's Seaquest port, a few thousand steps/s on a small CPU, stays short)."""
+    return max(1, min(SCAN_STEPS, CALL_ENV_STEPS // num_envs))
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[-1])
+    run = {"gymnax": run_gymnax, "batchenv": run_batchenv, "minatar": run_minatar}[spec["side"]]
+    entries, versions = run(spec)
+    result = {
+        "side": spec["side"],
+        "game": spec["game"],
+        "versions": versions,
+        "entries": entries,
+    }
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+# -- gymnax (JAX) -------------------------------------------------------------------------------
+
+
+def run_gymnax(spec: dict) -> tuple[list[dict], dict]:
+    import jax
+
+    versions = package_versions(["jax", "jaxlib", "gymnax"])
+    versions["jax_devices"] = [str(device) for device in jax.devices()]
+    entries = [gymnax_scan(spec["game"], n, spec["seconds"]) for n in spec["sizes"]]
+    return entries, versions
+
+
+def gymnax_scan(game: str, num_envs: int, seconds: float) -> dict:
+    """gymnax's port: ``jax.jit`` of a ``lax.scan`` over ``steps_per_call`` steps of
+    ``vmap(env.step)`` (which resets finished envs itself) with uniformly random actions
+    drawn in the program. The carry keeps the last observation, the reward sum and the
+    number of finished episodes, so XLA computes what a training loop reads (an unused
+    observation would be dead code)."""
+    import gymnax
+    import jax
+    import jax.numpy as jnp
+
+    env, params = gymnax.make(GAMES[game][1])
+    steps = steps_per_call(num_envs)
+    actions = env.num_actions
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def body(carry, _):
+        key, state, _, reward_sum, episodes = carry
+        key, action_key, step_key = jax.random.split(key, 3)
+        action = jax.random.randint(action_key, (num_envs,), 0, actions)
+        keys = jax.random.split(step_key, num_envs)
+        obs, state, reward, terminated, truncated, _ = step(keys, state, action, params)
+        done = jnp.logical_or(terminated, truncated)
+        return (key, state, obs, reward_sum + reward, episodes + done), None
+
+    def scan(carry):
+        carry, _ = jax.lax.scan(body, carry, None, length=steps)
+        return carry
+
+    key, reset_key = jax.random.split(jax.random.PRNGKey(0))
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(reset_key, num_envs), params
+    )
+    carry = (key, state, obs, jnp.zeros(num_envs), jnp.zeros(num_envs, jnp.int32))
+    begin = time.perf_counter()
+    compiled = jax.jit(scan).lower(carry).compile()
+    compile_seconds = time.perf_counter() - begin
+    carry = jax.block_until_ready(compiled(carry))
+
+    def call():
+        nonlocal carry
+        carry = compiled(carry)
+
+    rate = steady_rate(call, lambda: jax.block_until_ready(carry), seconds)
+    return {
+        "label": f"gymnax jit(lax.scan of {steps} steps)",
+        "num_envs": num_envs,
+        "compile_seconds": compile_seconds,
+        "steps_per_second": rate * steps * num_envs,
+    }
+
+
+# -- batchenv -----------------------------------------------------------------------------------
+
+
+def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
+    import torch
+
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
+    versions = package_versions(["torch", "batchenv"])
+    versions["torch_threads"] = torch.get_num_threads()
+    device = torch.device(spec["device"])
+    if device.type == "cuda":
+        versions["torch_device"] = torch.cuda.get_device_name(device)
+    entries = []
+    for n in spec["sizes"]:
+        entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device))
+        if spec["compiled"]:
+            entries.append(
+                batchenv_rollout(spec["game"], n, spec["seconds"], device, spec["unroll"])
+            )
+            torch._dynamo.reset()  # the next N compiles afresh, timed on its own
+    return entries, versions
+
+
+def game_class(game: str):
+    from batchenv.kernels import minatar
+
+    return getattr(minatar, GAMES[game][0])
+
+
+def device_sync(device) -> Callable[[], None]:
+    """What makes a timer honest on ``device``: CUDA runs kernels asynchronously."""
+    import torch
+
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+
+def batchenv_eager(game: str, num_envs: int, seconds: float, device) -> dict:
+    """The env alone, eager torch: ``env.step(action, reset_mask=done)`` with pre-drawn random
+    actions, one call per step (the finished rows start afresh instead of stepping)."""
+    import torch
+
+    env = game_class(game)(num_envs, device=device, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    shape = (ACTION_BATCHES, num_envs)
+    actions = torch.randint(0, env.single_action_space.n, shape, generator=generator)
+    actions = actions.to(device)
+    done = torch.zeros(num_envs, dtype=torch.bool, device=device)
+    index = 0
+
+    def call():
+        nonlocal done, index
+        _, _, terminated, truncated = env.step(actions[index % ACTION_BATCHES], done)
+        done = terminated | truncated
+        index += 1
+
+    sync = device_sync(device)
+    with torch.inference_mode():
+        for _ in range(WARM_STEPS):
+            call()
+        sync()
+        rate = steady_rate(call, sync, seconds)
+    return {
+        "label": f"batchenv {type(env).__name__}.step, eager",
+        "num_envs": num_envs,
+        "compile_seconds": 0.0,
+        "steps_per_second": rate * num_envs,
+    }
+
+
+def batchenv_rollout(game: str, num_envs: int, seconds: float, device, unroll: int) -> dict:
+    """The in-graph counterpart of the gymnax scan: ``batchenv.in_graph.rollout(env, algo,
+    steps=steps_per_call(N), unroll=unroll)`` with ``RandomAlgorithm`` (reset of finished rows,
+    random actions, score and length bookkeeping, all compiled)."""
+    from batchenv.in_graph.algorithm import RandomAlgorithm
+    from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
+    from batchenv.in_graph.rollout import rollout
+
+    env = InGraphBatchEnv(game_class(game)(num_envs, device=device, seed=0))
+    steps = steps_per_call(num_envs)
+    unroll = min(unroll, steps)
+    algo = RandomAlgorithm(env.single_action_space, device=device, seed=0)
+    compile_seconds, rate = first_call_compile(
+        lambda: rollout(env, algo, steps=steps, unroll=unroll),
+        device_sync(device),
+        3,
+        seconds,
+    )
+    return {
+        "label": f"batchenv rollout(steps={steps}, unroll={unroll}), compiled",
+        "num_envs": num_envs,
+        "compile_seconds": compile_seconds,
+        "steps_per_second": rate * steps * num_envs,
+    }
+
+
+# -- the minatar package ------------------------------------------------------------------------
+
+
+def run_minatar(spec: dict) -> tuple[list[dict], dict]:
+    versions = package_versions(["MinAtar", "numpy"])
+    entries = [minatar_loop(spec["game"], n, spec["seconds"]) for n in spec["sizes"]]
+    return entries, versions
+
+
+def minatar_loop(game: str, num_envs: int, seconds: float) -> dict:
+    """The reference: ``num_envs`` ``minatar.Environment`` objects (MinAtar's defaults: sticky
+    actions 0.1, ramping) stepped in a Python loop, every env once per sweep: ``act``, its
+    observation ``state()``, ``reset()`` when it ended. All envs step in every sweep (no
+    subset); a short ``--seconds`` just times fewer sweeps."""
+    label = "minatar package, Python loop over the envs"
+    try:
+        import minatar
+        import numpy as np
+    except ImportError as error:
+        return {"label": label, "num_envs": num_envs, "unavailable": f"not installed ({error})"}
+    envs = [minatar.Environment(game) for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.seed(i)
+        env.reset()
+    table = np.asarray(envs[0].minimal_action_set())
+    rng = np.random.default_rng(0)
+    actions = table[rng.integers(0, len(table), size=(ACTION_BATCHES, num_envs))].tolist()
+    index = 0
+
+    def call():
+        nonlocal index
+        for env, action in zip(envs, actions[index % ACTION_BATCHES]):
+            _, terminal = env.act(action)
+            env.state()
+            if terminal:
+                env.reset()
+        index += 1
+
+    for _ in range(WARM_STEPS):
+        call()
+    rate = steady_rate(call, lambda: None, seconds)
+    return {
+        "label": label,
+        "num_envs": num_envs,
+        "compile_seconds": 0.0,
+        "steps_per_second": rate * num_envs,
+    }
+
+
+if __name__ == "__main__":
+    main()
