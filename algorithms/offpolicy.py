@@ -39,6 +39,7 @@ __all__ = [
     "run_command",
     "run_directory",
     "run_session",
+    "check_shared",
     "session_cpus",
     "set_rng_states",
 ]
@@ -232,6 +233,17 @@ def session_cpus(config: Any) -> int:
     return 1 if env_class(config.env) is not None else 2
 
 
+def check_shared(config: Any) -> None:
+    """ValueError unless ``config`` can train in shared memory (meta.distributed: shared):
+    torch shares CPU tensors only, as SLM Lab's Hogwild notes."""
+    if str(config.device).partition(":")[0] != "cpu":  # cuda, cuda:N, mps, auto
+        raise ValueError(
+            f"meta.distributed: shared keeps the networks in CPU shared memory, but "
+            f"config.device is {config.device!r}; set config.device: cpu, or "
+            "meta.distributed: false"
+        )
+
+
 def run_session(
     train: Callable[..., Any],
     make_env: Callable[..., Any],
@@ -243,7 +255,8 @@ def run_session(
     cpus: int,
     **callbacks: Any,
 ) -> None:
-    """``train(config, ...)`` into ``run_dir`` on ``cpus`` cores, passing ``callbacks`` on."""
+    """``train(config, ...)`` into ``run_dir`` on ``cpus`` cores, passing ``callbacks`` (and
+    ``shared``, meta.distributed: shared) on."""
     from batchenv.algorithms.batchppo.envs import env_class
 
     run_dir = Path(run_dir)

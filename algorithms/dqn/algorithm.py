@@ -209,6 +209,18 @@ class DQN(Algorithm):
         self.training = False
         return self
 
+    def share(self, shared: Any, sync_target: bool = True) -> bool:
+        """Hogwild! (``meta.distributed: shared``): train the Q-network in ``shared`` memory
+        with the other sessions of the trial (a
+        :class:`~batchenv.experiment.shared.SharedParameters`); the target network, the
+        optimiser and the replay memory stay this session's own. ``sync_target`` copies the
+        shared Q-network into the target (a fresh run; a resumed one keeps its checkpoint's).
+        Returns whether this session's Q-network became the shared one."""
+        first = shared.attach({"q": self.q})
+        if sync_target:
+            self.target.load_state_dict(self.q.state_dict())
+        return first
+
     # --- checkpoints --------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:

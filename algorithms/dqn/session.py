@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from batchenv.algorithms.offpolicy import run_session, session_cpus
+from batchenv.algorithms.offpolicy import check_shared, run_session, session_cpus
 
 from .cli import DEFAULT_PRESET, preflight, preset_of
 from .config import PRESETS, DQNConfig
@@ -68,6 +68,10 @@ class DQNTrainer:
         a Discrete action space (ValueError with one line saying what to do)."""
         preflight(config)
 
+    def check_shared(self, config: DQNConfig) -> None:
+        """meta.distributed: shared is supported on the CPU (ValueError for another device)."""
+        check_shared(config)
+
     def cpus(self, config: DQNConfig) -> int:
         """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
         return session_cpus(config)
@@ -81,6 +85,7 @@ class DQNTrainer:
         progress: bool,
         cpus: int,
         report,
+        shared: Any = None,
     ) -> None:
         """One session into ``run_dir``; ``report`` at every log checkpoint (or round)."""
         from .train import make_env, train
@@ -96,6 +101,7 @@ class DQNTrainer:
             resume=resume,
             progress=progress,
             cpus=cpus,
+            shared=shared,
             on_checkpoint=on_checkpoint if config.log_frequency else None,
             after_round=None if config.log_frequency else on_checkpoint,
         )

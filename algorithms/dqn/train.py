@@ -79,6 +79,7 @@ def train(
     progress: bool = True,
     on_checkpoint: Callable[[int, float, int], None] | None = None,
     after_round: Callable[[int, float, int], None] | None = None,
+    shared: Any = None,
 ) -> list[float]:
     """Train DQN per ``config``; return the mean eval return of every round so far.
 
@@ -94,6 +95,8 @@ def train(
             every log checkpoint, once its round is saved (to stop early, raise).
         after_round: called as ``after_round(train_steps, eval_return, updates)`` after
             every round's checkpoint (to stop early, raise).
+        shared: a :class:`~batchenv.experiment.shared.SharedParameters` to train the
+            Q-network in with other sessions, Hogwild-style (``meta.distributed: shared``).
     """
     # 1. Checks that need nothing on disk.
     offpolicy.check_start(config, env, logdir, resume, config_from_run)
@@ -123,6 +126,8 @@ def train(
             scores = list(checkpoint["scores"])
             log.load_state_dict(checkpoint["log_checkpoints"])
             set_rng_states(checkpoint["rng"])
+        if shared is not None:
+            algo.share(shared, sync_target=checkpoint is None)
         last_score = scores[-1] if scores else None
         bar = progress_bar(config.steps, counters["train_steps"], progress, last_score)
         if bar is not None:

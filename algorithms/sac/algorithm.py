@@ -335,6 +335,20 @@ class SAC(Algorithm):
         loss = policy_loss(log_prob, self.q1(observ, sample), self.q2(observ, sample), alpha)
         return loss, -log_prob.detach()
 
+    def share(self, shared: Any, sync_targets: bool = True) -> bool:
+        """Hogwild! (``meta.distributed: shared``): train the policy and the twin Qs in
+        ``shared`` memory with the other sessions of the trial (a
+        :class:`~batchenv.experiment.shared.SharedParameters`); the target Qs, the
+        temperature, the optimisers and the replay memory stay this session's own.
+        ``sync_targets`` copies the shared Qs into the targets (a fresh run; a resumed one
+        keeps its checkpoint's). Returns whether this session's networks became the shared
+        ones."""
+        first = shared.attach({"policy": self.policy, "q1": self.q1, "q2": self.q2})
+        if sync_targets:
+            self.q1_target.load_state_dict(self.q1.state_dict())
+            self.q2_target.load_state_dict(self.q2.state_dict())
+        return first
+
     # --- checkpoints ----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from batchenv.algorithms.offpolicy import run_session, session_cpus
+from batchenv.algorithms.offpolicy import check_shared, run_session, session_cpus
 
 from .cli import preflight, preset_of
 from .config import PRESETS, SACConfig
@@ -66,6 +66,10 @@ class SACTrainer:
         """What ``batchenv train sac`` checks first (ValueError with one line)."""
         preflight(config)
 
+    def check_shared(self, config: SACConfig) -> None:
+        """meta.distributed: shared is supported on the CPU (ValueError for another device)."""
+        check_shared(config)
+
     def cpus(self, config: SACConfig) -> int:
         """One core for in-graph envs; a parent and one worker process for Gymnasium ids."""
         return session_cpus(config)
@@ -79,6 +83,7 @@ class SACTrainer:
         progress: bool,
         cpus: int,
         report,
+        shared: Any = None,
     ) -> None:
         """One session into ``run_dir``; ``report`` after every evaluation phase."""
         from .train import make_env, train
@@ -94,6 +99,7 @@ class SACTrainer:
             resume=resume,
             progress=progress,
             cpus=cpus,
+            shared=shared,
             after_round=after_round,
         )
 

@@ -75,6 +75,7 @@ def train(
     *,
     progress: bool = True,
     after_round: Callable[[int, float, int], None] | None = None,
+    shared: Any = None,
 ) -> list[float]:
     """Train SAC per ``config``; return the mean eval score of every round so far.
 
@@ -89,6 +90,8 @@ def train(
         progress: show a tqdm progress bar.
         after_round: called as ``after_round(train_steps, eval_score, gradient_steps)``
             after every round's checkpoint (to stop early, raise).
+        shared: a :class:`~batchenv.experiment.shared.SharedParameters` to train the policy
+            and twin Qs in with other sessions, Hogwild-style (``meta.distributed: shared``).
 
     Example:
         >>> scores = train(PRESETS["pendulum"], logdir="runs/sac-pendulum")
@@ -119,6 +122,8 @@ def train(
             counters = dict(checkpoint["counters"])
             scores = list(checkpoint["scores"])
             set_rng_states(checkpoint["rng"])
+        if shared is not None:
+            algo.share(shared, sync_targets=checkpoint is None)
         bar = progress_bar(config.steps, counters["train_steps"], progress)
         if bar is not None:
             cleanup.callback(bar.close)

@@ -87,8 +87,20 @@ class LocalExecutor:
     """Sessions as processes on this machine, within the plan's CPU budget."""
 
     def run(self, plan: Plan, on_trial: Callable[[TrialResult], None]) -> list[TrialResult]:
-        results: list[TrialResult] = []
         active: dict[int, tuple[TrialRun, Any]] = {}
+        try:
+            return self._run(plan, on_trial, active)
+        finally:  # an interrupted trial's shared parameters, once its sessions are stopped
+            for run, _ in active.values():
+                run.close()
+
+    def _run(
+        self,
+        plan: Plan,
+        on_trial: Callable[[TrialResult], None],
+        active: dict[int, tuple[TrialRun, Any]],
+    ) -> list[TrialResult]:
+        results: list[TrialResult] = []
         source = _TrialSource(plan)
         with SessionPool(plan.slots, plan.spec.meta.session_timeout) as pool:
             while True:

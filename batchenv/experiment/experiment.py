@@ -214,14 +214,15 @@ def _run_dev(plan: Plan, progress: bool) -> None:
     plan.on_trial_start(0, run.seeds)
     print(f"dev: {spec.algorithm} on {spec.env}, seed {run.seeds[0]}", file=sys.stderr)
     print(f"dev: config {spec.make_config(run.seeds[0])}", file=sys.stderr)
-    for job in jobs:
 
-        def show(frame: int, ma: float) -> None:
-            print(
-                f"dev: checkpoint at {frame:,} env steps, total_reward_ma {ma:.2f}", file=sys.stderr
-            )
+    def show(frame: int, ma: float) -> None:
+        print(f"dev: checkpoint at {frame:,} env steps, total_reward_ma {ma:.2f}", file=sys.stderr)
 
-        run.on_done(job.session, run_session(job, show if progress else None))
+    try:
+        for job in jobs:
+            run.on_done(job.session, run_session(job, show if progress else None))
+    finally:
+        run.close()  # the shared parameters of meta.distributed: shared
     run.result()
 
 

@@ -143,6 +143,9 @@ class SpecTrainable(tune.Trainable):
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.close()
+        trial = getattr(self, "trial", None)
+        if trial is not None:
+            trial.close()  # its shared parameters (meta.distributed: shared)
 
 
 class SpecSearch(OptunaSearch):

@@ -67,6 +67,9 @@ class SessionJob:
     progress: bool = False
     tags: dict[str, Any] = field(default_factory=dict)
     """The trial's searched values (for trackers)."""
+    shared: str | None = None
+    """meta.distributed: shared: the trial's shared-parameter folder
+    (:class:`~batchenv.experiment.shared.SharedParameters`); None: networks of its own."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -109,9 +112,20 @@ def run_session(job: SessionJob, on_report: Callable[[int, float], None] | None 
         if on_report is not None:
             on_report(int(frame), ma)
 
+    hogwild = {}
+    if job.shared is not None:  # passed only then: trainers without the argument work unshared
+        from .shared import SharedParameters
+
+        hogwild["shared"] = SharedParameters(job.shared)
     try:
         trainer.train(
-            config, path, resume=resume, progress=job.progress, cpus=job.cpus, report=report
+            config,
+            path,
+            resume=resume,
+            progress=job.progress,
+            cpus=job.cpus,
+            report=report,
+            **hogwild,
         )
     finally:
         if tracker is not None:

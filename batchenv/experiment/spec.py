@@ -34,7 +34,7 @@ from typing import Any
 
 from .fields import coerce, field_docs, field_types, unknown_key
 from .search_space import SearchSpace
-from .trainers import load_trainer
+from .trainers import load_trainer, shared_algorithms
 
 __all__ = [
     "MODES",
@@ -83,6 +83,10 @@ class Meta:
     cpus_per_session: int | None = None
     """Cores one session may use (torch threads plus env workers); None: the algorithm's
     estimate. Sessions run at once = cores // cpus_per_session (at least one)."""
+    distributed: bool | str = False
+    """false: sessions train networks of their own; shared: the sessions of a trial run at
+    once and train one set of networks in shared memory, Hogwild-style, each with its own
+    envs and optimiser (SLM Lab's meta.distributed; dqn and sac, on the CPU)."""
     gpus_per_session: float = 0.0
     """GPUs (or a fraction of one) a session asks Ray for with --backend ray, e.g. 0.25;
     the local backend ignores it (sessions share this machine's GPUs)."""
@@ -109,6 +113,13 @@ class Meta:
             raise SpecError(f"meta.gpus_per_session must be >= 0, got {self.gpus_per_session}")
         if self.session_timeout is not None and self.session_timeout <= 0:
             raise SpecError(f"meta.session_timeout must be > 0 or null, got {self.session_timeout}")
+        if self.distributed is not False and self.distributed != "shared":
+            value = self.distributed
+            shown = str(value).lower() if isinstance(value, bool) else repr(value)
+            raise SpecError(
+                "meta.distributed must be false or shared (one network trained by all the "
+                f"sessions of a trial at once), got {shown}"
+            )
         for name, valid in (("sampler", SAMPLERS), ("pruner", PRUNERS), ("track", TRACKERS)):
             if getattr(self, name) not in valid:
                 raise SpecError(
@@ -383,6 +394,15 @@ def _check_sessions(spec: Spec, trainer, space: SearchSpace) -> None:
     check = getattr(trainer, "check", None)
     if check is not None:
         check(config)
+    if spec.meta.distributed == "shared":
+        check_shared = getattr(trainer, "check_shared", None)
+        if check_shared is None:
+            raise SpecError(
+                f"meta.distributed: shared: algorithm {spec.algorithm!r} cannot share its "
+                f"networks between sessions; use {' or '.join(shared_algorithms())}, or "
+                "meta.distributed: false"
+            )
+        check_shared(config)
     for leaf in space.leaves:
         for value in leaf.candidates() if leaf.is_categorical else []:
             data = space.apply(spec.to_dict(), {leaf.path: value})

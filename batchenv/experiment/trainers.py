@@ -33,6 +33,13 @@ researcher's own class. Either way the object has:
     mean return of the checkpoint's episodes (NaN when there are none yet), ``opt_step``
     the optimiser steps so far when known. ``report`` may raise to stop training early
     (pruning); let that exception through.
+``check_shared(config) -> None`` (optional)
+    declares that the trainer supports ``meta.distributed: shared`` and raises ValueError
+    (one line) for a config that cannot share its networks (e.g. a GPU device). Such a
+    trainer's ``train`` is then also passed ``shared``, a
+    :class:`~batchenv.experiment.shared.SharedParameters`: after building (and, resuming,
+    restoring) its networks, it calls ``shared.attach({name: module})`` with the networks
+    its optimisers train, so that every session of the trial trains the same ones.
 
     >>> trainer = load_trainer("batchppo")
     >>> config = trainer.make_config("batchenv.kernels:CartPole", {}, steps=20_000, seed=0,
@@ -49,7 +56,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BUILTIN", "Report", "Trainer", "load_trainer"]
+__all__ = ["BUILTIN", "Report", "Trainer", "load_trainer", "shared_algorithms"]
 
 #: Algorithms of ``batchenv.algorithms`` that ship a ``session`` module.
 BUILTIN = ("batchppo", "impala", "sac", "dqn")
@@ -125,3 +132,12 @@ def load_trainer(name: str) -> Trainer:
             f"{', '.join(missing)} (see batchenv.experiment.trainers)"
         )
     return trainer
+
+
+def shared_algorithms() -> list[str]:
+    """The built-in algorithms that support ``meta.distributed: shared``.
+
+    >>> shared_algorithms()
+    ['sac', 'dqn']
+    """
+    return [name for name in BUILTIN if hasattr(load_trainer(name), "check_shared")]

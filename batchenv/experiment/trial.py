@@ -20,6 +20,7 @@ from typing import Any
 
 from .metrics import explain_nan, trial_metrics
 from .session import SESSION_NAME, SessionJob, analyze_session, session_title
+from .shared import SharedParameters
 from .spec import Spec
 
 __all__ = [
@@ -97,10 +98,17 @@ class TrialRun:
         self.error: SessionFailedError | None = None
         self.pruned = False
         self.ma_history: list[tuple[int, float]] = []
+        self.shared: SharedParameters | None = None
 
     def jobs(self) -> list[SessionJob]:
-        """The sessions still to run (finished ones are read back from their folders)."""
+        """The sessions still to run (finished ones are read back from their folders).
+
+        With meta.distributed: shared, their networks live in a shared-memory folder made
+        here and removed by :meth:`close` (which :meth:`result` calls).
+        """
         self.path.mkdir(parents=True, exist_ok=True)
+        if self.spec.meta.distributed == "shared" and self.shared is None:
+            self.shared = SharedParameters.create(f"t{self.number}")
         jobs = []
         for session in range(self.spec.meta.sessions):
             folder = self.path / f"s{session}"
@@ -121,6 +129,7 @@ class TrialRun:
                     random_return=self.random_return,
                     progress=self.progress,
                     tags=dict(self.values),
+                    shared=None if self.shared is None else self.shared.path,
                 )
             )
         self._write("running")
@@ -148,8 +157,16 @@ class TrialRun:
             error.__cause__ = _RemoteTraceback(remote)
         self.error = error
 
+    def close(self) -> None:
+        """Remove the shared-parameter folder, if any (its sessions must have ended)."""
+        if self.shared is not None:
+            self.shared.remove()
+            self.shared = None
+
     def result(self) -> TrialResult:
-        """Write trial.json (and trial.png) and return the trial's result."""
+        """Write trial.json (and trial.png), remove the shared parameters and return the
+        trial's result."""
+        self.close()
         note = None
         if self.error is not None:
             status, metrics, error = "failed", {}, str(self.error)
