@@ -134,7 +134,7 @@ class PPO(Algorithm):
 
     def perform(self, observ: torch.Tensor) -> torch.Tensor:
         """Sample every row's action; remember its log-probability and value."""
-        obs = observ.reshape(self.k, self.rows, self.obs_dim)
+        obs = self._flat(observ)
         head, value = self.net(self.params, obs)
         self.draws = self.draws + 1
         u = dist.uniform(self.keys, self.draws, tuple(head.shape), stream=0)
@@ -157,8 +157,7 @@ class PPO(Algorithm):
     def experience(self, observ, action, reward, done, next_observ, truncated):
         """Write the transition at step ``t`` of the buffer; keep episode statistics."""
         config = self.config
-        obs = observ.reshape(self.k, self.rows, self.obs_dim)
-        next_obs = next_observ.reshape(self.k, self.rows, self.obs_dim)
+        obs, next_obs = self._flat(observ), self._flat(next_observ)
         reward = reward.reshape(self.k, self.rows)
         done_rows = self._agent_rows(done)
         trunc_rows = self._agent_rows(truncated)
@@ -186,6 +185,11 @@ class PPO(Algorithm):
             self.buffer[name].index_copy_(0, index, value[None])
         self.t = self.t + 1
         return None
+
+    def _flat(self, observ: torch.Tensor) -> torch.Tensor:
+        """Observations ``[K * rows, ...]`` -> float32 ``[K, rows, obs_dim]`` (MinAtar's
+        boolean images become 0/1 inputs)."""
+        return observ.reshape(self.k, -1, self.obs_dim).to(torch.float32)
 
     def _agent_rows(self, flags: torch.Tensor) -> torch.Tensor:
         """Per-env flags ``[K * num_envs]`` -> per row ``[K, rows]``."""
@@ -285,8 +289,7 @@ class PPO(Algorithm):
 
     def act_greedy(self, observ: torch.Tensor) -> torch.Tensor:
         """The mode of each agent's policy (evaluation)."""
-        obs = observ.reshape(self.k, -1, self.obs_dim)
-        head, _ = self.net(self.params, obs)
+        head, _ = self.net(self.params, self._flat(observ))
         if self.discrete:
             return head.argmax(-1).reshape(observ.shape[: observ.dim() - 1])
         action = torch.maximum(torch.minimum(head, self.high.reshape(-1)), self.low.reshape(-1))

@@ -20,7 +20,8 @@ class PPOConfig:
 
     env_id: str = "CartPole-v1"
     """In-graph env: CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCarContinuous-v0,
-    DiscreteTag or ContinuousTag (batchenv.kernels)."""
+    DiscreteTag, ContinuousTag or MinAtar/{Asterix,Breakout,Freeway,Seaquest,SpaceInvaders}-v1
+    (batchenv.kernels)."""
     num_envs: int = 4
     """Envs per seed, stepped in lockstep."""
     num_steps: int = 128
@@ -129,6 +130,19 @@ PRESETS: dict[str, dict] = {
         "ent_coef": 0.0,
         "normalize_reward": True,
         "init_log_std": -0.5,
+    },
+    # PureJaxRL's MinAtar config (its brax_minatar notebook, tuned on gymnax's MinAtar).
+    **{
+        f"minatar-{game.lower()}": {
+            "env_id": f"MinAtar/{game}-v1",
+            "num_envs": 64,
+            "num_steps": 128,
+            "total_timesteps": 10_000_000,
+            "learning_rate": 5e-3,
+            "num_minibatches": 8,
+            "activation": "relu",
+        }
+        for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
     },
     "tag": {
         "env_id": "DiscreteTag",

@@ -35,11 +35,31 @@ ENVS = {
     "MountainCarContinuous-v0": "MountainCarContinuous",
     "DiscreteTag": "DiscreteTag",
     "ContinuousTag": "ContinuousTag",
+    "MinAtar/Asterix-v1": "Asterix",
+    "MinAtar/Breakout-v1": "Breakout",
+    "MinAtar/Freeway-v1": "Freeway",
+    "MinAtar/Seaquest-v1": "Seaquest",
+    "MinAtar/SpaceInvaders-v1": "SpaceInvaders",
+}
+
+#: Constructor options per env: MinAtar's games end at gymnax's episode limit (1,000 steps;
+#: Freeway ends on its own 2,500-frame timer), so results compare with gymnax's ports.
+ENV_OPTIONS = {
+    "MinAtar/Asterix-v1": {"max_episode_steps": 1000},
+    "MinAtar/Breakout-v1": {"max_episode_steps": 1000},
+    "MinAtar/Seaquest-v1": {"max_episode_steps": 1000},
+    "MinAtar/SpaceInvaders-v1": {"max_episode_steps": 1000},
 }
 
 
-#: Kernels that take one seed per block of rows (``seed=[...]``): the classic-control envs.
-PER_BLOCK_SEEDS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0")
+#: Kernels that take one seed per block of rows (``seed=[...]``): classic control, MinAtar.
+PER_BLOCK_SEEDS = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
+    *(env_id for env_id in ENVS if env_id.startswith("MinAtar/")),
+)
 
 
 @dataclass
@@ -85,15 +105,14 @@ def make_env(config: PPOConfig) -> InGraphBatchEnv:
             "(for Gym envs in worker processes use `batchenv train batchppo --env ID`)"
         )
     cls = getattr(kernels, ENVS[config.env_id])
+    options = dict(ENV_OPTIONS.get(config.env_id, {}), device=config.device)
     seeds = [config.seed + k for k in range(config.seeds)]
     if config.env_id in PER_BLOCK_SEEDS:
         # One env seeded per block: row r of block k draws what a lone env seeded seeds[k]
         # draws, and the compiled step holds one copy of the dynamics, not K.
-        env = cls(num_envs=config.num_envs * config.seeds, seed=seeds, device=config.device)
+        env = cls(num_envs=config.num_envs * config.seeds, seed=seeds, **options)
     else:
-        env = StackedEnv(
-            [cls(num_envs=config.num_envs, seed=s, device=config.device) for s in seeds]
-        )
+        env = StackedEnv([cls(num_envs=config.num_envs, seed=s, **options) for s in seeds])
     # Finite values are checked by the kernels' own tests; a per-step host check would cost
     # a synchronising op in every compiled step.
     return InGraphBatchEnv(env, check_finite=False)
