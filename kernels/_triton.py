@@ -1,8 +1,9 @@
 """Triton plumbing shared by the kernel envs and the sampler.
 
-Three pieces live here: where a kernel can run (:func:`unavailable_reason`), the launcher the
-classic-control envs share (:func:`launch_classic_step`), and the counter-based RNG the
-kernels draw from (:func:`philox4x32`, :func:`uniform4`).
+Three pieces live here: where a kernel can run (:func:`unavailable_reason`), the env kernels'
+block and warp sizes (:func:`env_block`, :func:`env_warps`), and the counter-based RNG the
+kernels draw from (:func:`philox4x32`, :func:`uniform4`). The launch itself is
+``_base.KernelEnv._launch``, the one every kernel env uses.
 
 Where Triton kernels run
     On a CUDA device they are compiled. On CPU they run only in Triton's interpreter (slow;
@@ -135,68 +136,6 @@ def env_warps(block: int) -> int:
     39 registers and no spills, CartPole 34, no shared memory (``benchmarks/gpu_model.py``).
     """
     return max(1, block // WARP_SIZE)
-
-
-def launch_classic_step(
-    kernel,
-    *,
-    state: torch.Tensor,
-    elapsed: torch.Tensor,
-    restarts: torch.Tensor,
-    action: torch.Tensor | None,
-    reset_mask: torch.Tensor | None,
-    seed: int,
-    obs_dim: int,
-    max_episode_steps: int,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Launch a classic-control ``_step_kernel``; the launcher every env module calls.
-
-    Owns the grid (one program per ``BLOCK`` rows) and the output buffers. ``state``,
-    ``elapsed`` and ``restarts`` are updated in place. With ``action`` None only the rows in
-    ``reset_mask`` start afresh (a reset); otherwise every row steps, except the rows in
-    ``reset_mask``, which start afresh instead (reward 0, not done).
-
-    Returns ``(observ [N, obs_dim] float32, reward, terminated, truncated)``, the last three
-    None for a reset. ``observ`` is a new tensor: it never aliases the state.
-    """
-    n = state.shape[0]
-    device = state.device
-    step = action is not None
-    observ = torch.empty(n, obs_dim, dtype=torch.float32, device=device)
-    if step:
-        reward = torch.empty(n, dtype=torch.float32, device=device)
-        terminated = torch.empty(n, dtype=torch.bool, device=device)
-        truncated = torch.empty(n, dtype=torch.bool, device=device)
-        action = action.contiguous()
-    else:  # never read or written (STEP is False); any pointer of the right kind will do
-        reward, terminated, truncated, action = observ, elapsed, elapsed, elapsed
-    block = env_block(n)
-    key_lo, key_hi = split_key(seed)
-    kernel[(triton.cdiv(n, block),)](
-        state,
-        elapsed,
-        restarts,
-        action,
-        reset_mask if reset_mask is not None else elapsed,
-        observ,
-        reward,
-        terminated,
-        truncated,
-        key_lo,
-        key_hi,
-        N=n,
-        MAX_STEPS=max_episode_steps,
-        STEP=step,
-        RESET=reset_mask is not None,
-        BLOCK=block,
-        num_warps=env_warps(block),
-        # Round op by op, like torch's eager kernels and NumPy, instead of contracting a * b + c
-        # into FMAs (Triton 3.9 still defaults to fusing and warns that the default changes).
-        enable_fp_fusion=False,
-    )
-    if not step:
-        return observ, None, None, None
-    return observ, reward, terminated, truncated
 
 
 # -- device functions ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ Example::
     (torch.Size([8, 6]), -1.0)
 
 ``Acrobot(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
-:func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
+:func:`_classic.step_kernel` calling this module's :func:`_act_tl`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import fresh_starts, tl, triton
+from ._classic import step_kernel as _step_kernel
+from ._triton import tl, triton
 
 DT = 0.2
 LINK_LENGTH_1 = 1.0
@@ -106,7 +107,7 @@ def acrobot_dynamics(
     return torch.stack((theta1, theta2, dtheta1, dtheta2), dim=1), reward, terminated
 
 
-# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+# -- the triton step: the same step on a row block (``_classic.step_kernel`` calls it) -------
 
 # The constants again as constexpr globals, the only globals a Triton kernel may read.
 _DT = tl.constexpr(DT)
@@ -158,132 +159,86 @@ def _wrap_angle_tl(x):
     return x - above * _TWO_PI + below * _TWO_PI
 
 
-@triton.jit(do_not_specialize=["key_lo", "key_hi"])
-def _step_kernel(
-    state_ptr,  # [N, 4] float32/float64, in and out: theta1, theta2, dtheta1, dtheta2
-    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
-    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
-    action_ptr,  # [N] int: torque action - 1 (read when STEP)
-    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
-    observ_ptr,  # [N, 6] float32, out: cos/sin theta1, cos/sin theta2, dtheta1, dtheta2
-    reward_ptr,  # [N] float32, out (when STEP)
-    terminated_ptr,  # [N] bool, out (when STEP)
-    truncated_ptr,  # [N] bool, out (when STEP)
-    key_lo,  # low 32 bits of the Philox key (the env's seed)
-    key_hi,  # high 32 bits of the Philox key
-    N: tl.constexpr,  # rows
-    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
-    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
-    RESET: tl.constexpr,  # reset_mask_ptr is given
-    BLOCK: tl.constexpr,  # rows per program, a power of two
-):
-    """One Acrobot RK4 step of BLOCK rows, term for term :func:`acrobot_dynamics`; rows in
-    the reset mask start afresh instead (reward 0, not done)."""
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    valid = rows < N
-    theta1 = tl.load(state_ptr + rows * 4 + 0, mask=valid, other=0.0)
-    theta2 = tl.load(state_ptr + rows * 4 + 1, mask=valid, other=0.0)
-    dtheta1 = tl.load(state_ptr + rows * 4 + 2, mask=valid, other=0.0)
-    dtheta2 = tl.load(state_ptr + rows * 4 + 3, mask=valid, other=0.0)
-    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
-    if STEP:
-        action = tl.load(action_ptr + rows, mask=valid, other=1)
-        torque = action.to(theta1.dtype) - 1.0
-        k1a, k1b, k1c, k1d = _dsdt_tl(theta1, theta2, dtheta1, dtheta2, torque)
-        k2a, k2b, k2c, k2d = _dsdt_tl(
-            theta1 + _DT2 * k1a,
-            theta2 + _DT2 * k1b,
-            dtheta1 + _DT2 * k1c,
-            dtheta2 + _DT2 * k1d,
-            torque,
-        )
-        k3a, k3b, k3c, k3d = _dsdt_tl(
-            theta1 + _DT2 * k2a,
-            theta2 + _DT2 * k2b,
-            dtheta1 + _DT2 * k2c,
-            dtheta2 + _DT2 * k2d,
-            torque,
-        )
-        k4a, k4b, k4c, k4d = _dsdt_tl(
-            theta1 + _DT * k3a,
-            theta2 + _DT * k3b,
-            dtheta1 + _DT * k3c,
-            dtheta2 + _DT * k3d,
-            torque,
-        )
-        theta1 = theta1 + _DT6 * (k1a + 2 * k2a + 2 * k3a + k4a)
-        theta2 = theta2 + _DT6 * (k1b + 2 * k2b + 2 * k3b + k4b)
-        dtheta1 = dtheta1 + _DT6 * (k1c + 2 * k2c + 2 * k3c + k4c)
-        dtheta2 = dtheta2 + _DT6 * (k1d + 2 * k2d + 2 * k3d + k4d)
-        theta1 = _wrap_angle_tl(theta1)
-        theta2 = _wrap_angle_tl(theta2)
-        dtheta1 = tl.minimum(tl.maximum(dtheta1, -_MAX_VEL_1), _MAX_VEL_1)
-        dtheta2 = tl.minimum(tl.maximum(dtheta2, -_MAX_VEL_2), _MAX_VEL_2)
-        terminated = -tl.cos(theta1) - tl.cos(theta2 + theta1) > 1.0
-        reward = tl.where(terminated, 0.0, -1.0)
-        elapsed = elapsed + 1
-    if RESET:
-        fresh, u0, u1, u2, u3 = fresh_starts(
-            reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid
-        )
-        # every column starts in U(-0.1, 0.1)
-        theta1 = tl.where(fresh, (u0 * 0.2 - 0.1).to(theta1.dtype), theta1)
-        theta2 = tl.where(fresh, (u1 * 0.2 - 0.1).to(theta1.dtype), theta2)
-        dtheta1 = tl.where(fresh, (u2 * 0.2 - 0.1).to(theta1.dtype), dtheta1)
-        dtheta2 = tl.where(fresh, (u3 * 0.2 - 0.1).to(theta1.dtype), dtheta2)
-        elapsed = tl.where(fresh, 0, elapsed)
-        if STEP:
-            terminated = terminated & ~fresh
-            reward = tl.where(fresh, 0.0, reward)
-    tl.store(state_ptr + rows * 4 + 0, theta1, mask=valid)
-    tl.store(state_ptr + rows * 4 + 1, theta2, mask=valid)
-    tl.store(state_ptr + rows * 4 + 2, dtheta1, mask=valid)
-    tl.store(state_ptr + rows * 4 + 3, dtheta2, mask=valid)
-    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
-    tl.store(observ_ptr + rows * 6 + 0, tl.cos(theta1).to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 6 + 1, tl.sin(theta1).to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 6 + 2, tl.cos(theta2).to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 6 + 3, tl.sin(theta2).to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 6 + 4, dtheta1.to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 6 + 5, dtheta2.to(tl.float32), mask=valid)
-    if STEP:
-        tl.store(reward_ptr + rows, reward, mask=valid)
-        tl.store(terminated_ptr + rows, terminated, mask=valid)
-        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+@triton.jit
+def _act_tl(state, action):
+    """:func:`acrobot_dynamics` term for term, on a row block's columns (the triton step)."""
+    theta1, theta2, dtheta1, dtheta2 = state
+    torque = action.to(theta1.dtype) - 1.0
+    k1a, k1b, k1c, k1d = _dsdt_tl(theta1, theta2, dtheta1, dtheta2, torque)
+    k2a, k2b, k2c, k2d = _dsdt_tl(
+        theta1 + _DT2 * k1a,
+        theta2 + _DT2 * k1b,
+        dtheta1 + _DT2 * k1c,
+        dtheta2 + _DT2 * k1d,
+        torque,
+    )
+    k3a, k3b, k3c, k3d = _dsdt_tl(
+        theta1 + _DT2 * k2a,
+        theta2 + _DT2 * k2b,
+        dtheta1 + _DT2 * k2c,
+        dtheta2 + _DT2 * k2d,
+        torque,
+    )
+    k4a, k4b, k4c, k4d = _dsdt_tl(
+        theta1 + _DT * k3a,
+        theta2 + _DT * k3b,
+        dtheta1 + _DT * k3c,
+        dtheta2 + _DT * k3d,
+        torque,
+    )
+    theta1 = theta1 + _DT6 * (k1a + 2 * k2a + 2 * k3a + k4a)
+    theta2 = theta2 + _DT6 * (k1b + 2 * k2b + 2 * k3b + k4b)
+    dtheta1 = dtheta1 + _DT6 * (k1c + 2 * k2c + 2 * k3c + k4c)
+    dtheta2 = dtheta2 + _DT6 * (k1d + 2 * k2d + 2 * k3d + k4d)
+    theta1 = _wrap_angle_tl(theta1)
+    theta2 = _wrap_angle_tl(theta2)
+    dtheta1 = tl.minimum(tl.maximum(dtheta1, -_MAX_VEL_1), _MAX_VEL_1)
+    dtheta2 = tl.minimum(tl.maximum(dtheta2, -_MAX_VEL_2), _MAX_VEL_2)
+    terminated = -tl.cos(theta1) - tl.cos(theta2 + theta1) > 1.0
+    reward = tl.where(terminated, 0.0, -1.0)
+    return (theta1, theta2, dtheta1, dtheta2), reward, terminated
+
+
+@triton.jit
+def _initial_tl(u0, u1, u2, u3):
+    """A fresh start: every column in U(-0.1, 0.1)."""
+    return u0 * 0.2 - 0.1, u1 * 0.2 - 0.1, u2 * 0.2 - 0.1, u3 * 0.2 - 0.1
+
+
+@triton.jit
+def _observe_tl(state):
+    """``(cos theta1, sin theta1, cos theta2, sin theta2, dtheta1, dtheta2)`` as float32."""
+    theta1, theta2, dtheta1, dtheta2 = state
+    return (
+        tl.cos(theta1).to(tl.float32),
+        tl.sin(theta1).to(tl.float32),
+        tl.cos(theta2).to(tl.float32),
+        tl.sin(theta2).to(tl.float32),
+        dtheta1.to(tl.float32),
+        dtheta2.to(tl.float32),
+    )
 
 
 class Acrobot(ClassicControlEnv):
-    """A batch of Acrobot-v1 envs following the InGraphEnv protocol.
-
-    Args:
-        num_envs: number of rows (>= 1).
-        device: where the state lives.
-        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
-            None draws a fresh seed. The two backends draw different states from one seed.
-        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
-            ``TRITON_INTERPRET=1``).
-        dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
-    """
+    """A batch of Acrobot-v1 envs following the InGraphEnv protocol (arguments:
+    :class:`ClassicControlEnv`)."""
 
     gym_id = "Acrobot-v1"
     state_dim = 4
     max_episode_steps = 500
     init_low = (-0.1,) * 4
     init_high = (0.1,) * 4
+    triton_functions = (_act_tl, _initial_tl, _observe_tl)
 
     @staticmethod
     def _make_spaces() -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
         high = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
         return gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(3)
 
-    def _dynamics(self, state, action):
+    def _act(self, state, action, elapsed):
         return acrobot_dynamics(state, action)
 
-    @staticmethod
-    def _triton_kernel():
-        return _step_kernel
-
-    def _observe(self, state):
+    def _observe(self, state, elapsed):
         theta1, theta2, dtheta1, dtheta2 = state.unbind(1)
         return torch.stack(
             (
@@ -296,3 +251,7 @@ class Acrobot(ClassicControlEnv):
             ),
             dim=1,
         ).to(torch.float32)
+
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel

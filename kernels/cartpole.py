@@ -23,7 +23,7 @@ Example::
     (torch.Size([8, 4]), torch.float32, torch.bool)
 
 ``CartPole(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
-:func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
+:func:`_classic.step_kernel` calling this module's :func:`_act_tl`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import fresh_starts, tl, triton
+from ._classic import step_kernel as _step_kernel
+from ._triton import tl, triton
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -85,7 +86,7 @@ def _out_of_bounds(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     )
 
 
-# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+# -- the triton step: the same step on a row block (``_classic.step_kernel`` calls it) -------
 
 # The constants again as constexpr globals, the only globals a Triton kernel may read.
 _GRAVITY = tl.constexpr(GRAVITY)
@@ -111,109 +112,68 @@ def _out_of_bounds_tl(x, theta):
     )
 
 
-@triton.jit(do_not_specialize=["key_lo", "key_hi"])
-def _step_kernel(
-    state_ptr,  # [N, 4] float32/float64, in and out: x, x_dot, theta, theta_dot
-    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
-    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
-    action_ptr,  # [N] int: 1 pushes right, anything else left (read when STEP)
-    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
-    observ_ptr,  # [N, 4] float32, out: the observation after the call
-    reward_ptr,  # [N] float32, out (when STEP)
-    terminated_ptr,  # [N] bool, out (when STEP)
-    truncated_ptr,  # [N] bool, out (when STEP)
-    key_lo,  # low 32 bits of the Philox key (the env's seed)
-    key_hi,  # high 32 bits of the Philox key
-    N: tl.constexpr,  # rows
-    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
-    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
-    RESET: tl.constexpr,  # reset_mask_ptr is given
-    BLOCK: tl.constexpr,  # rows per program, a power of two
-):
-    """One CartPole step of BLOCK rows, term for term :func:`cartpole_dynamics`; rows in the
-    reset mask start afresh instead (reward 0, not done)."""
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    valid = rows < N
-    x = tl.load(state_ptr + rows * 4 + 0, mask=valid, other=0.0)
-    x_dot = tl.load(state_ptr + rows * 4 + 1, mask=valid, other=0.0)
-    theta = tl.load(state_ptr + rows * 4 + 2, mask=valid, other=0.0)
-    theta_dot = tl.load(state_ptr + rows * 4 + 3, mask=valid, other=0.0)
-    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
-    if STEP:
-        action = tl.load(action_ptr + rows, mask=valid, other=0)
-        already_terminated = _out_of_bounds_tl(x, theta)
-        force = tl.where(action == 1, _FORCE_MAG, -_FORCE_MAG).to(x.dtype)
-        costheta = tl.cos(theta)
-        sintheta = tl.sin(theta)
-        temp = (force + _POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / _TOTAL_MASS
-        thetaacc = (_GRAVITY * sintheta - costheta * temp) / (
-            _LENGTH * (4.0 / 3.0 - _MASSPOLE * (costheta * costheta) / _TOTAL_MASS)
-        )
-        xacc = temp - _POLEMASS_LENGTH * thetaacc * costheta / _TOTAL_MASS
-        x = x + _TAU * x_dot
-        x_dot = x_dot + _TAU * xacc
-        theta = theta + _TAU * theta_dot
-        theta_dot = theta_dot + _TAU * thetaacc
-        terminated = _out_of_bounds_tl(x, theta)
-        reward = tl.where(already_terminated, 0.0, 1.0)
-        elapsed = elapsed + 1
-    if RESET:
-        fresh, u0, u1, u2, u3 = fresh_starts(
-            reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid
-        )
-        x = tl.where(fresh, (u0 * _INIT_SPAN + _INIT_LOW).to(x.dtype), x)
-        x_dot = tl.where(fresh, (u1 * _INIT_SPAN + _INIT_LOW).to(x.dtype), x_dot)
-        theta = tl.where(fresh, (u2 * _INIT_SPAN + _INIT_LOW).to(x.dtype), theta)
-        theta_dot = tl.where(fresh, (u3 * _INIT_SPAN + _INIT_LOW).to(x.dtype), theta_dot)
-        elapsed = tl.where(fresh, 0, elapsed)
-        if STEP:
-            terminated = terminated & ~fresh
-            reward = tl.where(fresh, 0.0, reward)
-    tl.store(state_ptr + rows * 4 + 0, x, mask=valid)
-    tl.store(state_ptr + rows * 4 + 1, x_dot, mask=valid)
-    tl.store(state_ptr + rows * 4 + 2, theta, mask=valid)
-    tl.store(state_ptr + rows * 4 + 3, theta_dot, mask=valid)
-    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
-    tl.store(observ_ptr + rows * 4 + 0, x.to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 4 + 1, x_dot.to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 4 + 2, theta.to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 4 + 3, theta_dot.to(tl.float32), mask=valid)
-    if STEP:
-        tl.store(reward_ptr + rows, reward, mask=valid)
-        tl.store(terminated_ptr + rows, terminated, mask=valid)
-        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+@triton.jit
+def _act_tl(state, action):
+    """:func:`cartpole_dynamics` term for term, on a row block's columns (the triton step)."""
+    x, x_dot, theta, theta_dot = state
+    already_terminated = _out_of_bounds_tl(x, theta)
+    force = tl.where(action == 1, _FORCE_MAG, -_FORCE_MAG).to(x.dtype)
+    costheta = tl.cos(theta)
+    sintheta = tl.sin(theta)
+    temp = (force + _POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / _TOTAL_MASS
+    thetaacc = (_GRAVITY * sintheta - costheta * temp) / (
+        _LENGTH * (4.0 / 3.0 - _MASSPOLE * (costheta * costheta) / _TOTAL_MASS)
+    )
+    xacc = temp - _POLEMASS_LENGTH * thetaacc * costheta / _TOTAL_MASS
+    x = x + _TAU * x_dot
+    x_dot = x_dot + _TAU * xacc
+    theta = theta + _TAU * theta_dot
+    theta_dot = theta_dot + _TAU * thetaacc
+    terminated = _out_of_bounds_tl(x, theta)
+    reward = tl.where(already_terminated, 0.0, 1.0)
+    return (x, x_dot, theta, theta_dot), reward, terminated
+
+
+@triton.jit
+def _initial_tl(u0, u1, u2, u3):
+    """A fresh start: every column in U(-0.05, 0.05)."""
+    return (
+        u0 * _INIT_SPAN + _INIT_LOW,
+        u1 * _INIT_SPAN + _INIT_LOW,
+        u2 * _INIT_SPAN + _INIT_LOW,
+        u3 * _INIT_SPAN + _INIT_LOW,
+    )
+
+
+@triton.jit
+def _observe_tl(state):
+    """The state as float32."""
+    x, x_dot, theta, theta_dot = state
+    return x.to(tl.float32), x_dot.to(tl.float32), theta.to(tl.float32), theta_dot.to(tl.float32)
 
 
 class CartPole(ClassicControlEnv):
-    """A batch of CartPole-v1 envs following the InGraphEnv protocol.
-
-    Args:
-        num_envs: number of rows (>= 1).
-        device: where the state lives.
-        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
-            None draws a fresh seed. The two backends draw different states from one seed.
-        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
-            ``TRITON_INTERPRET=1``).
-        dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
-    """
+    """A batch of CartPole-v1 envs following the InGraphEnv protocol (arguments:
+    :class:`ClassicControlEnv`)."""
 
     gym_id = "CartPole-v1"
     state_dim = 4
     max_episode_steps = 500
     init_low = (-0.05,) * 4
     init_high = (0.05,) * 4
+    triton_functions = (_act_tl, _initial_tl, _observe_tl)
 
     @staticmethod
     def _make_spaces() -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
         return gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(2)
 
-    def _dynamics(self, state, action):
+    def _act(self, state, action, elapsed):
         return cartpole_dynamics(state, action)
+
+    def _observe(self, state, elapsed):
+        return state.to(torch.float32, copy=True)
 
     @staticmethod
     def _triton_kernel():
         return _step_kernel
-
-    def _observe(self, state):
-        return state.to(torch.float32, copy=True)

@@ -26,7 +26,7 @@ Example::
     (torch.Size([8, 2]), torch.Size([8]))
 
 ``MountainCarContinuous(8, device="cuda", backend="triton")`` runs the same step as one fused
-kernel, :func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
+kernel, :func:`_classic.step_kernel` calling this module's :func:`_act_tl`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import fresh_starts, tl, triton
+from ._classic import step_kernel as _step_kernel
+from ._triton import tl, triton
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -66,7 +67,7 @@ def mountain_car_dynamics(
     return torch.stack((position, velocity), dim=1), reward, terminated
 
 
-# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+# -- the triton step: the same step on a row block (``_classic.step_kernel`` calls it) -------
 
 # The constants again as constexpr globals, the only globals a Triton kernel may read.
 _MIN_ACTION = tl.constexpr(MIN_ACTION)
@@ -79,81 +80,47 @@ _GOAL_VELOCITY = tl.constexpr(GOAL_VELOCITY)
 _POWER = tl.constexpr(POWER)
 
 
-@triton.jit(do_not_specialize=["key_lo", "key_hi"])
-def _step_kernel(
-    state_ptr,  # [N, 2] float32/float64, in and out: position, velocity
-    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
-    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
-    action_ptr,  # [N, 1] float: the force (clipped to [-1, 1] for the dynamics; read when STEP)
-    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
-    observ_ptr,  # [N, 2] float32, out: the observation after the call
-    reward_ptr,  # [N] float32, out (when STEP)
-    terminated_ptr,  # [N] bool, out (when STEP)
-    truncated_ptr,  # [N] bool, out (when STEP)
-    key_lo,  # low 32 bits of the Philox key (the env's seed)
-    key_hi,  # high 32 bits of the Philox key
-    N: tl.constexpr,  # rows
-    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
-    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
-    RESET: tl.constexpr,  # reset_mask_ptr is given
-    BLOCK: tl.constexpr,  # rows per program, a power of two
-):
-    """One MountainCarContinuous step of BLOCK rows, term for term
-    :func:`mountain_car_dynamics`; rows in the reset mask start afresh instead (reward 0)."""
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    valid = rows < N
-    position = tl.load(state_ptr + rows * 2 + 0, mask=valid, other=0.0)
-    velocity = tl.load(state_ptr + rows * 2 + 1, mask=valid, other=0.0)
-    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
-    if STEP:
-        a = tl.load(action_ptr + rows, mask=valid, other=0.0).to(position.dtype)
-        force = tl.minimum(tl.maximum(a, _MIN_ACTION), _MAX_ACTION)
-        velocity = velocity + (force * _POWER - 0.0025 * tl.cos(3 * position))
-        velocity = tl.minimum(tl.maximum(velocity, -_MAX_SPEED), _MAX_SPEED)
-        position = position + velocity
-        at_left_wall = position <= _MIN_POSITION
-        position = tl.minimum(tl.maximum(position, _MIN_POSITION), _MAX_POSITION)
-        velocity = tl.where(at_left_wall & (velocity < 0), 0.0, velocity)
-        terminated = (position >= _GOAL_POSITION) & (velocity >= _GOAL_VELOCITY)
-        reward = tl.where(terminated, 100.0, 0.0) - a * a * 0.1
-        elapsed = elapsed + 1
-    if RESET:
-        fresh, u0, _, _, _ = fresh_starts(reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid)
-        position = tl.where(fresh, (u0 * 0.2 - 0.6).to(position.dtype), position)  # U(-.6, -.4)
-        velocity = tl.where(fresh, 0.0, velocity)
-        elapsed = tl.where(fresh, 0, elapsed)
-        if STEP:
-            terminated = terminated & ~fresh
-            reward = tl.where(fresh, 0.0, reward)
-    tl.store(state_ptr + rows * 2 + 0, position, mask=valid)
-    tl.store(state_ptr + rows * 2 + 1, velocity, mask=valid)
-    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
-    tl.store(observ_ptr + rows * 2 + 0, position.to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 2 + 1, velocity.to(tl.float32), mask=valid)
-    if STEP:
-        tl.store(reward_ptr + rows, reward, mask=valid)
-        tl.store(terminated_ptr + rows, terminated, mask=valid)
-        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+@triton.jit
+def _act_tl(state, action):
+    """:func:`mountain_car_dynamics` term for term, on a row block's columns (the triton
+    step)."""
+    position, velocity = state
+    a = action.to(position.dtype)
+    force = tl.minimum(tl.maximum(a, _MIN_ACTION), _MAX_ACTION)
+    velocity = velocity + (force * _POWER - 0.0025 * tl.cos(3 * position))
+    velocity = tl.minimum(tl.maximum(velocity, -_MAX_SPEED), _MAX_SPEED)
+    position = position + velocity
+    at_left_wall = position <= _MIN_POSITION
+    position = tl.minimum(tl.maximum(position, _MIN_POSITION), _MAX_POSITION)
+    velocity = tl.where(at_left_wall & (velocity < 0), 0.0, velocity)
+    terminated = (position >= _GOAL_POSITION) & (velocity >= _GOAL_VELOCITY)
+    reward = tl.where(terminated, 100.0, 0.0) - a * a * 0.1
+    return (position, velocity), reward, terminated
+
+
+@triton.jit
+def _initial_tl(u0, u1, u2, u3):
+    """A fresh start: position in U(-0.6, -0.4), velocity 0."""
+    return u0 * 0.2 - 0.6, tl.zeros_like(u0)
+
+
+@triton.jit
+def _observe_tl(state):
+    """The state as float32."""
+    position, velocity = state
+    return position.to(tl.float32), velocity.to(tl.float32)
 
 
 class MountainCarContinuous(ClassicControlEnv):
-    """A batch of MountainCarContinuous-v0 envs following the InGraphEnv protocol.
-
-    Args:
-        num_envs: number of rows (>= 1).
-        device: where the state lives.
-        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
-            None draws a fresh seed. The two backends draw different states from one seed.
-        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
-            ``TRITON_INTERPRET=1``).
-        dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
-    """
+    """A batch of MountainCarContinuous-v0 envs following the InGraphEnv protocol (arguments:
+    :class:`ClassicControlEnv`)."""
 
     gym_id = "MountainCarContinuous-v0"
     state_dim = 2
     max_episode_steps = 999
     init_low = (-0.6, 0.0)
     init_high = (-0.4, 0.0)
+    triton_functions = (_act_tl, _initial_tl, _observe_tl)
 
     @staticmethod
     def _make_spaces() -> tuple[gym.spaces.Box, gym.spaces.Box]:
@@ -163,12 +130,12 @@ class MountainCarContinuous(ClassicControlEnv):
         action_space = gym.spaces.Box(MIN_ACTION, MAX_ACTION, shape=(1,), dtype=np.float32)
         return observation_space, action_space
 
-    def _dynamics(self, state, action):
+    def _act(self, state, action, elapsed):
         return mountain_car_dynamics(state, action)
+
+    def _observe(self, state, elapsed):
+        return state.to(torch.float32, copy=True)
 
     @staticmethod
     def _triton_kernel():
         return _step_kernel
-
-    def _observe(self, state):
-        return state.to(torch.float32, copy=True)

@@ -23,7 +23,7 @@ Example::
     (torch.Size([8, 3]), False)
 
 ``Pendulum(8, device="cuda", backend="triton")`` runs the same step as one fused kernel,
-:func:`_step_kernel` (launched by ``_triton.launch_classic_step``).
+:func:`_classic.step_kernel` calling this module's :func:`_act_tl`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from ._classic import ClassicControlEnv
-from ._triton import fresh_starts, tl, triton
+from ._classic import step_kernel as _step_kernel
+from ._triton import tl, triton
 
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
@@ -66,7 +67,7 @@ def pendulum_dynamics(
     return torch.stack((newth, newthdot), dim=1), -costs, terminated
 
 
-# -- the Triton kernel: the same step, one program per BLOCK rows ----------------------------
+# -- the triton step: the same step on a row block (``_classic.step_kernel`` calls it) -------
 
 # The constants again as constexpr globals, the only globals a Triton kernel may read.
 _MAX_SPEED = tl.constexpr(MAX_SPEED)
@@ -87,83 +88,44 @@ def _angle_normalize_tl(x):
     return y - tl.math.floor(y / _TWO_PI) * _TWO_PI - _PI
 
 
-@triton.jit(do_not_specialize=["key_lo", "key_hi"])
-def _step_kernel(
-    state_ptr,  # [N, 2] float32/float64, in and out: theta, theta_dot
-    elapsed_ptr,  # [N] int32, in and out: steps since the row's last fresh start
-    restarts_ptr,  # [N] int64, in and out: fresh starts drawn so far (the row's RNG counter)
-    action_ptr,  # [N, 1] float: the torque, clipped to [-2, 2] (read when STEP)
-    reset_mask_ptr,  # [N] bool: rows that start afresh in this call (read when RESET)
-    observ_ptr,  # [N, 3] float32, out: cos theta, sin theta, theta_dot after the call
-    reward_ptr,  # [N] float32, out (when STEP)
-    terminated_ptr,  # [N] bool, out (when STEP): always False
-    truncated_ptr,  # [N] bool, out (when STEP)
-    key_lo,  # low 32 bits of the Philox key (the env's seed)
-    key_hi,  # high 32 bits of the Philox key
-    N: tl.constexpr,  # rows
-    MAX_STEPS: tl.constexpr,  # time limit: truncated once elapsed >= MAX_STEPS
-    STEP: tl.constexpr,  # step the rows; False: only the fresh starts happen (a reset)
-    RESET: tl.constexpr,  # reset_mask_ptr is given
-    BLOCK: tl.constexpr,  # rows per program, a power of two
-):
-    """One Pendulum step of BLOCK rows, term for term :func:`pendulum_dynamics`; rows in the
-    reset mask start afresh instead (reward 0)."""
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    valid = rows < N
-    th = tl.load(state_ptr + rows * 2 + 0, mask=valid, other=0.0)
-    thdot = tl.load(state_ptr + rows * 2 + 1, mask=valid, other=0.0)
-    elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
-    if STEP:
-        # u stays in the action's dtype until it meets the state, as in the torch step.
-        u = tl.load(action_ptr + rows, mask=valid, other=0.0)
-        u = tl.minimum(tl.maximum(u, -_MAX_TORQUE), _MAX_TORQUE)
-        normalized = _angle_normalize_tl(th)
-        costs = normalized * normalized + 0.1 * (thdot * thdot) + 0.001 * (u * u)
-        newthdot = thdot + (3 * _G / (2 * _L) * tl.sin(th) + 3.0 / (_M * _L * _L) * u) * _DT
-        newthdot = tl.minimum(tl.maximum(newthdot, -_MAX_SPEED), _MAX_SPEED)
-        th = th + newthdot * _DT
-        thdot = newthdot
-        reward = -costs
-        elapsed = elapsed + 1
-    if RESET:
-        fresh, u0, u1, _, _ = fresh_starts(
-            reset_mask_ptr, restarts_ptr, key_lo, key_hi, rows, valid
-        )
-        th = tl.where(fresh, (u0 * _TWO_PI - _PI).to(th.dtype), th)  # U(-pi, pi)
-        thdot = tl.where(fresh, (u1 * 2.0 - 1.0).to(th.dtype), thdot)  # U(-1, 1)
-        elapsed = tl.where(fresh, 0, elapsed)
-        if STEP:
-            reward = tl.where(fresh, 0.0, reward)
-    tl.store(state_ptr + rows * 2 + 0, th, mask=valid)
-    tl.store(state_ptr + rows * 2 + 1, thdot, mask=valid)
-    tl.store(elapsed_ptr + rows, elapsed, mask=valid)
-    tl.store(observ_ptr + rows * 3 + 0, tl.cos(th).to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 3 + 1, tl.sin(th).to(tl.float32), mask=valid)
-    tl.store(observ_ptr + rows * 3 + 2, thdot.to(tl.float32), mask=valid)
-    if STEP:
-        tl.store(reward_ptr + rows, reward, mask=valid)
-        tl.store(terminated_ptr + rows, rows < 0, mask=valid)
-        tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
+@triton.jit
+def _act_tl(state, u):
+    """:func:`pendulum_dynamics` term for term, on a row block's columns (the triton step)."""
+    th, thdot = state
+    # u stays in the action's dtype until it meets the state, as in the torch step.
+    u = tl.minimum(tl.maximum(u, -_MAX_TORQUE), _MAX_TORQUE)
+    normalized = _angle_normalize_tl(th)
+    costs = normalized * normalized + 0.1 * (thdot * thdot) + 0.001 * (u * u)
+    newthdot = thdot + (3 * _G / (2 * _L) * tl.sin(th) + 3.0 / (_M * _L * _L) * u) * _DT
+    newthdot = tl.minimum(tl.maximum(newthdot, -_MAX_SPEED), _MAX_SPEED)
+    th = th + newthdot * _DT
+    never = tl.zeros(th.shape, dtype=tl.int1)
+    return (th, newthdot), -costs, never
+
+
+@triton.jit
+def _initial_tl(u0, u1, u2, u3):
+    """A fresh start: theta in U(-pi, pi), theta_dot in U(-1, 1)."""
+    return u0 * _TWO_PI - _PI, u1 * 2.0 - 1.0
+
+
+@triton.jit
+def _observe_tl(state):
+    """``(cos theta, sin theta, theta_dot)`` as float32."""
+    th, thdot = state
+    return tl.cos(th).to(tl.float32), tl.sin(th).to(tl.float32), thdot.to(tl.float32)
 
 
 class Pendulum(ClassicControlEnv):
-    """A batch of Pendulum-v1 envs (g = 10) following the InGraphEnv protocol.
-
-    Args:
-        num_envs: number of rows (>= 1).
-        device: where the state lives.
-        seed: seeds the initial states (the ``torch.Generator``, or the kernel's Philox key);
-            None draws a fresh seed. The two backends draw different states from one seed.
-        backend: ``"torch"``, or ``"triton"`` for the fused kernel (CUDA; CPU only under
-            ``TRITON_INTERPRET=1``).
-        dtype: ``torch.float32`` (default) or ``torch.float64`` for the internal state.
-    """
+    """A batch of Pendulum-v1 envs (g = 10) following the InGraphEnv protocol (arguments:
+    :class:`ClassicControlEnv`)."""
 
     gym_id = "Pendulum-v1"
     state_dim = 2
     max_episode_steps = 200
     init_low = (-math.pi, -1.0)
     init_high = (math.pi, 1.0)
+    triton_functions = (_act_tl, _initial_tl, _observe_tl)
 
     @staticmethod
     def _make_spaces() -> tuple[gym.spaces.Box, gym.spaces.Box]:
@@ -172,13 +134,13 @@ class Pendulum(ClassicControlEnv):
         action_space = gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, shape=(1,), dtype=np.float32)
         return observation_space, action_space
 
-    def _dynamics(self, state, action):
+    def _act(self, state, action, elapsed):
         return pendulum_dynamics(state, action)
+
+    def _observe(self, state, elapsed):
+        th, thdot = state.unbind(1)
+        return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=1).to(torch.float32)
 
     @staticmethod
     def _triton_kernel():
         return _step_kernel
-
-    def _observe(self, state):
-        th, thdot = state.unbind(1)
-        return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=1).to(torch.float32)

@@ -64,7 +64,7 @@ Example::
     (torch.Size([2, 4]), torch.Size([2]))
 
 ``ContinuousTag(..., device="cuda", backend="triton")`` runs one fused kernel per step,
-:func:`_step_kernel` (one program per env), launched by :func:`continuous_tag_step_triton`.
+:func:`_step_kernel` (one program per env), launched by ``KernelEnv._launch`` (``_base.py``).
 """
 
 from __future__ import annotations
@@ -75,16 +75,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ._tag import TagEnvBase, check_float, check_int, launch_buffers
-from ._triton import (
-    STREAM_RESET,
-    add_combine,
-    philox4x32,
-    split_key,
-    tl,
-    triton,
-    uniform_from_bits,
-)
+from ._tag import TagEnvBase, agent_starts, check_float, check_int
+from ._triton import add_combine, tl, triton
 from .tag_discrete import minimum_combine
 
 TWO_PI = 2 * math.pi
@@ -185,8 +177,6 @@ def _step_kernel(
     elapsed_ptr,  # [E] int32, in and out: steps since the env's last fresh start
     restarts_ptr,  # [E] int64, in and out: fresh starts drawn so far (the env's RNG counter)
     action_ptr,  # [E, N, 2] int64: acceleration and turn indices (read when STEP)
-    accel_ptr,  # [NUM_ACCEL] float32: the acceleration grid
-    turn_ptr,  # [NUM_TURN] float32: the turn grid
     reset_mask_ptr,  # [E] bool: envs that start afresh in this call (read when RESET)
     observ_ptr,  # [E, N, 7K + 1] float32, out: the observation after the call
     reward_ptr,  # [E, N] float32, out (when STEP)
@@ -194,6 +184,8 @@ def _step_kernel(
     truncated_ptr,  # [E] bool, out (when STEP): elapsed >= T
     key_lo,  # low 32 bits of the Philox key (the env's seed)
     key_hi,  # high 32 bits of the Philox key
+    accel_ptr,  # [NUM_ACCEL] float32: the acceleration grid
+    turn_ptr,  # [NUM_TURN] float32: the turn grid
     length,  # float32: L, the side of the square
     vmax_tagger,  # float32: max_speed * skill_level_tagger
     vmax_runner,  # float32: max_speed * skill_level_runner
@@ -277,28 +269,17 @@ def _step_kernel(
         left = tl.reduce((runner & (alive > 0)).to(tl.int32), 0, add_combine)
         terminated = left == 0
     if RESET:
-        fresh = tl.load(reset_mask_ptr + env, mask=env_ok, other=0) != 0  # scalar
-        fresh_lanes = tl.load(reset_mask_ptr + env + agents * 0, mask=valid, other=0) != 0
-        count = tl.load(restarts_ptr + env, mask=env_ok, other=0)
-        lanes_count = agents.to(tl.int64) * 0 + count
-        # Counter (env, count lo, count hi, stream + 4 * agent): one draw per agent.
-        r0, r1, r2, _ = philox4x32(
-            (agents * 0 + env).to(tl.uint32),
-            (lanes_count & 0xFFFFFFFF).to(tl.uint32),
-            (lanes_count >> 32).to(tl.uint32),
-            (agents * 4 + STREAM_RESET).to(tl.uint32),
-            key_lo.to(tl.uint32),
-            key_hi.to(tl.uint32),
+        fresh, fresh_lanes, u0, u1, u2 = agent_starts(
+            reset_mask_ptr, restarts_ptr, key_lo, key_hi, env, env_ok, agents, valid
         )
-        quarter = tl.minimum((uniform_from_bits(r2) * 4.0).to(tl.int32), 3)
-        x = tl.where(fresh_lanes, uniform_from_bits(r0) * length, x)
-        y = tl.where(fresh_lanes, uniform_from_bits(r1) * length, y)
+        quarter = tl.minimum((u2 * 4.0).to(tl.int32), 3)
+        x = tl.where(fresh_lanes, u0 * length, x)
+        y = tl.where(fresh_lanes, u1 * length, y)
         theta = tl.where(fresh_lanes, quarter.to(tl.float32) * (two_pi / 4.0), theta)
         v = tl.where(fresh_lanes, 0.0, v)
         a = tl.where(fresh_lanes, 0.0, a)
         alive = tl.where(fresh_lanes, 1.0, alive)
         elapsed = tl.where(fresh, 0, elapsed)
-        tl.store(restarts_ptr + env, count + fresh.to(tl.int64), mask=env_ok)
         if STEP:
             reward = tl.where(fresh_lanes, 0.0, reward)
             terminated = terminated & (fresh == 0)
@@ -379,65 +360,6 @@ def _step_kernel(
                 dist2 = tl.where(other == picked, float("inf"), dist2)
 
 
-def continuous_tag_step_triton(
-    env: ContinuousTag, action: torch.Tensor | None, reset_mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Launch :func:`_step_kernel` over every env of ``env`` (a reset of the masked envs when
-    ``action`` is None); ``env.state``, ``env.elapsed`` and the restart counters change in
-    place. Owns the grid (one program per env), the lane counts and the output buffers.
-
-    Returns ``(observ, reward, terminated, truncated)``, the last three None for a reset.
-    """
-    e, n = env.num_envs, env.num_agents
-    step = action is not None
-    observ, reward, terminated, truncated, action = launch_buffers(env, action)
-    block_a = triton.next_power_of_2(n)
-    block_i = max(1, min(block_a, 2048 // block_a))  # a tile of at most 2048 elements
-    key_lo, key_hi = split_key(env._seed)
-    _step_kernel[(e,)](
-        env.state,
-        env.elapsed,
-        env._restarts,
-        action,
-        env._accel_grid,
-        env._turn_grid,
-        reset_mask if reset_mask is not None else env.elapsed,
-        observ,
-        reward,
-        terminated,
-        truncated,
-        key_lo,
-        key_hi,
-        env._length,
-        env._vmax_tagger,
-        env._vmax_runner,
-        env._tag_dist2,
-        env.tag_reward_for_tagger,
-        env.tag_penalty_for_runner,
-        env.end_of_game_reward_for_runner,
-        env._diag,
-        env._max_speed,
-        env._two_pi,
-        E=e,
-        N=n,
-        NT=env.num_taggers,
-        K=env.num_observed,
-        ALL_OBSERVED=env.num_other_agents_observed is None,
-        T=env.episode_length,
-        NUM_ACCEL=len(env.acceleration_actions),
-        NUM_TURN=len(env.turn_actions),
-        STEP=step,
-        RESET=reset_mask is not None,
-        BLOCK_A=block_a,
-        BLOCK_I=block_i,
-        num_warps=1 if block_a <= 64 else 4,
-        enable_fp_fusion=False,
-    )
-    if not step:
-        return observ, None, None, None
-    return observ, reward, terminated, truncated
-
-
 # -- the env class ----------------------------------------------------------------------------
 
 
@@ -474,6 +396,8 @@ class ContinuousTag(TagEnvBase):
 
     state_dtype = torch.float32
     state_dim = 6
+    draws_per_agent = 3
+    observ_tile = 2048
 
     def __init__(
         self,
@@ -562,9 +486,7 @@ class ContinuousTag(TagEnvBase):
         self._turn_grid = torch.as_tensor(self.turn_actions, device=device)
         vmax = [self._vmax_tagger] * num_taggers + [self._vmax_runner] * num_runners
         self._vmax = torch.tensor(vmax, dtype=torch.float32, device=device)
-        self._setup(num_envs, device, seed, backend, _step_kernel)
-
-    draws_per_agent = 3
+        self._setup_tag(num_envs, device, seed, backend)
 
     def _starts(self, u: torch.Tensor) -> torch.Tensor:
         quarter = torch.clamp((u[..., 2] * 4.0).floor(), max=3.0)
@@ -581,11 +503,33 @@ class ContinuousTag(TagEnvBase):
             dim=2,
         )
 
-    def _torch_step(self, state, elapsed, action):
+    def _act(self, state, action, elapsed):
         return continuous_tag_step(state, elapsed, action, self)
 
     def _observe(self, state, elapsed):
         return continuous_tag_observe(state, elapsed, self)
 
-    def _launch(self, action, reset_mask):
-        return continuous_tag_step_triton(self, action, reset_mask)
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel
+
+    def _game_arguments(self):
+        return {
+            "accel_ptr": self._accel_grid,
+            "turn_ptr": self._turn_grid,
+            "length": self._length,
+            "vmax_tagger": self._vmax_tagger,
+            "vmax_runner": self._vmax_runner,
+            "tag_dist2": self._tag_dist2,
+            "tag_reward": self.tag_reward_for_tagger,
+            "tag_penalty": self.tag_penalty_for_runner,
+            "end_bonus": self.end_of_game_reward_for_runner,
+            "diag": self._diag,
+            "max_speed": self._max_speed,
+            "two_pi": self._two_pi,
+            "NT": self.num_taggers,
+            "K": self.num_observed,
+            "ALL_OBSERVED": self.num_other_agents_observed is None,
+            "NUM_ACCEL": len(self.acceleration_actions),
+            "NUM_TURN": len(self.turn_actions),
+        }

@@ -50,7 +50,7 @@ Example::
 
 ``DiscreteTag(..., device="cuda", backend="triton")`` runs one fused kernel per step,
 :func:`_step_kernel` (one program per env, all its agents), launched by
-:func:`discrete_tag_step_triton`.
+``KernelEnv._launch`` (``_base.py``).
 """
 
 from __future__ import annotations
@@ -59,17 +59,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ._tag import TagEnvBase, check_float, check_int, launch_buffers
-from ._triton import (
-    STREAM_RESET,
-    add_combine,
-    maximum_combine,
-    philox4x32,
-    split_key,
-    tl,
-    triton,
-    uniform_from_bits,
-)
+from ._tag import TagEnvBase, agent_starts, check_float, check_int
+from ._triton import add_combine, maximum_combine, tl, triton
 
 #: Per-axis moves of the five actions: stay, +x, -x, +y, -y.
 MOVES = ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1))
@@ -198,29 +189,18 @@ def _step_kernel(
         reward = reward - tl.where(hit, wall_hit_penalty, 0.0)
         elapsed = elapsed + 1
     if RESET:
-        fresh = tl.load(reset_mask_ptr + env, mask=env_ok, other=0) != 0  # scalar
-        fresh_lanes = tl.load(reset_mask_ptr + env + agents * 0, mask=valid, other=0) != 0
-        count = tl.load(restarts_ptr + env, mask=env_ok, other=0)
+        fresh, fresh_lanes, u0, u1, _ = agent_starts(
+            reset_mask_ptr, restarts_ptr, key_lo, key_hi, env, env_ok, agents, valid
+        )
         if RANDOM_START:
-            # Counter (env, count lo, count hi, stream + 4 * agent): one draw per agent.
-            lanes_count = agents.to(tl.int64) * 0 + count
-            r0, r1, _, _ = philox4x32(
-                (agents * 0 + env).to(tl.uint32),
-                (lanes_count & 0xFFFFFFFF).to(tl.uint32),
-                (lanes_count >> 32).to(tl.uint32),
-                (agents * 4 + STREAM_RESET).to(tl.uint32),
-                key_lo.to(tl.uint32),
-                key_hi.to(tl.uint32),
-            )
-            start_x = tl.minimum((uniform_from_bits(r0) * (L + 1)).to(tl.int32), L)
-            start_y = tl.minimum((uniform_from_bits(r1) * (L + 1)).to(tl.int32), L)
+            start_x = tl.minimum((u0 * (L + 1)).to(tl.int32), L)
+            start_y = tl.minimum((u1 * (L + 1)).to(tl.int32), L)
         else:
             start_x = tl.where(is_runner, 0, L // 2)
             start_y = tl.where(is_runner, 0, L // 2)
         x = tl.where(fresh_lanes, start_x, x)
         y = tl.where(fresh_lanes, start_y, y)
         elapsed = tl.where(fresh, 0, elapsed)
-        tl.store(restarts_ptr + env, count + fresh.to(tl.int64), mask=env_ok)
         if STEP:
             reward = tl.where(fresh_lanes, 0.0, reward)
             tagged = tagged & (fresh == 0)
@@ -270,56 +250,6 @@ def _step_kernel(
         tl.store(out + 5, time, mask=valid)
 
 
-def discrete_tag_step_triton(
-    env: DiscreteTag, action: torch.Tensor | None, reset_mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Launch :func:`_step_kernel` over every env of ``env`` (a reset of the masked envs when
-    ``action`` is None); ``env.state``, ``env.elapsed`` and the restart counters change in
-    place. Owns the grid (one program per env), the lane counts and the output buffers.
-
-    Returns ``(observ, reward, terminated, truncated)``, the last three None for a reset.
-    """
-    e, n = env.num_envs, env.num_agents
-    step = action is not None
-    observ, reward, terminated, truncated, action = launch_buffers(env, action)
-    block_a = triton.next_power_of_2(n)
-    block_i = max(1, min(block_a, 4096 // block_a))  # a tile of at most 4096 elements
-    key_lo, key_hi = split_key(env._seed)
-    _step_kernel[(e,)](
-        env.state,
-        env.elapsed,
-        env._restarts,
-        action,
-        reset_mask if reset_mask is not None else env.elapsed,
-        observ,
-        reward,
-        terminated,
-        truncated,
-        key_lo,
-        key_hi,
-        env.wall_hit_penalty,
-        env.tag_reward_for_tagger,
-        env.tag_penalty_for_runner,
-        env.step_cost_for_tagger,
-        E=e,
-        N=n,
-        L=env.grid_length,
-        T=env.episode_length,
-        FULL_OBS=env.full_observation,
-        OBS_DIM=env.obs_dim,
-        RANDOM_START=env.random_start,
-        STEP=step,
-        RESET=reset_mask is not None,
-        BLOCK_A=block_a,
-        BLOCK_I=block_i,
-        num_warps=1 if block_a <= 64 else 4,
-        enable_fp_fusion=False,
-    )
-    if not step:
-        return observ, None, None, None
-    return observ, reward, terminated, truncated
-
-
 # -- the env class ----------------------------------------------------------------------------
 
 
@@ -344,6 +274,8 @@ class DiscreteTag(TagEnvBase):
 
     state_dtype = torch.int32
     state_dim = 2
+    draws_per_agent = 2
+    observ_tile = 4096
 
     def __init__(
         self,
@@ -384,9 +316,7 @@ class DiscreteTag(TagEnvBase):
             0.0, 1.0, shape=(self.obs_dim,), dtype=np.float32
         )
         self.single_action_space = gym.spaces.Discrete(len(MOVES))
-        self._setup(num_envs, device, seed, backend, _step_kernel)
-
-    draws_per_agent = 2
+        self._setup_tag(num_envs, device, seed, backend)
 
     def _starts(self, u: torch.Tensor) -> torch.Tensor:
         size = self.grid_length
@@ -396,7 +326,7 @@ class DiscreteTag(TagEnvBase):
         start = torch.where(runner, 0, size // 2).to(torch.int32)
         return start[None, :, None].expand(u.shape[0], self.num_agents, 2).contiguous()
 
-    def _torch_step(self, state, elapsed, action):
+    def _act(self, state, action, elapsed):
         return discrete_tag_step(
             state,
             action,
@@ -412,5 +342,18 @@ class DiscreteTag(TagEnvBase):
             state, elapsed, self.grid_length, self.episode_length, self.full_observation
         )
 
-    def _launch(self, action, reset_mask):
-        return discrete_tag_step_triton(self, action, reset_mask)
+    @staticmethod
+    def _triton_kernel():
+        return _step_kernel
+
+    def _game_arguments(self):
+        return {
+            "wall_hit_penalty": self.wall_hit_penalty,
+            "tag_reward": self.tag_reward_for_tagger,
+            "tag_penalty": self.tag_penalty_for_runner,
+            "step_cost": self.step_cost_for_tagger,
+            "L": self.grid_length,
+            "FULL_OBS": self.full_observation,
+            "OBS_DIM": self.obs_dim,
+            "RANDOM_START": self.random_start,
+        }

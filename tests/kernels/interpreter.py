@@ -15,6 +15,8 @@ import torch
 
 KERNEL_MODULES = (
     "_triton",
+    "_classic",
+    "_tag",
     "cartpole",
     "pendulum",
     "mountain_car",

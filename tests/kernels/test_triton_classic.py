@@ -73,7 +73,8 @@ def _check_fresh_rows(cls, env, rows, observ, reward=None, terminated=None, trun
     low, high = _init_box(cls, fresh.device)
     assert bool(((fresh >= low) & (fresh <= high)).all()), fresh
     assert state["elapsed"][rows].eq(0).all()
-    torch.testing.assert_close(observ[rows], env._observe(state["state"][rows]), **FLOAT32)
+    expected = env._observe(state["state"][rows], state["elapsed"][rows])
+    torch.testing.assert_close(observ[rows], expected, **FLOAT32)
     if reward is not None:
         assert reward[rows].eq(0).all()
         assert not terminated[rows].any() and not truncated[rows].any()
@@ -165,7 +166,8 @@ def test_reset_draws_fresh_states_in_the_kernel(cls, n, triton_device):
         after = env.get_state()
         assert observ.shape == (len(rows), *env.single_observation_space.shape)
         assert observ.dtype == torch.float32
-        torch.testing.assert_close(observ, env._observe(after["state"][rows]), **FLOAT32)
+        expected = env._observe(after["state"][rows], after["elapsed"][rows])
+        torch.testing.assert_close(observ, expected, **FLOAT32)
         assert torch.equal(after["state"][others], first[others])
         assert after["elapsed"][others].eq(9).all() and after["elapsed"][rows].eq(0).all()
         fresh.append(after["state"][rows])
@@ -313,7 +315,8 @@ GPU_COMPILE_SCRIPT = textwrap.dedent(
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from batchenv.kernels import acrobot, cartpole, mountain_car, pendulum, sampler
+    from batchenv.kernels import Acrobot, CartPole, MountainCarContinuous, Pendulum, sampler
+    from batchenv.kernels._classic import step_kernel
 
     target = GPUTarget("cuda", 90, 32)
     pointers = {
@@ -321,17 +324,21 @@ GPU_COMPILE_SCRIPT = textwrap.dedent(
         "observ_ptr": "*fp32", "reward_ptr": "*fp32", "terminated_ptr": "*i1",
         "truncated_ptr": "*i1", "key_lo": "i32", "key_hi": "i32",
     }
-    shapes = ["N", "MAX_STEPS", "STEP", "RESET", "BLOCK"]
+    shapes = ["N", "MAX_STEPS", "STEP", "RESET", "BLOCK", "STATE_DIM", "OBS_DIM", "ACT",
+              "INITIAL", "OBSERVE"]
     jobs = []
-    for module, action in ((cartpole, "*i64"), (pendulum, "*fp32"),
-                           (mountain_car, "*fp32"), (acrobot, "*i64")):
+    for cls, action in ((CartPole, "*i64"), (Pendulum, "*fp32"),
+                        (MountainCarContinuous, "*fp32"), (Acrobot, "*i64")):
+        act, initial, observe = cls.triton_functions
         for fp, step, reset in (("fp32", True, True), ("fp32", False, True),
                                 ("fp64", True, False)):
             signature = {"state_ptr": "*" + fp, "action_ptr": action, **pointers}
             signature.update({name: "constexpr" for name in shapes})
             constants = {"N": 100, "MAX_STEPS": 500, "STEP": step, "RESET": reset,
-                         "BLOCK": 128}
-            jobs.append((module._step_kernel, signature, constants))
+                         "BLOCK": 128, "STATE_DIM": cls.state_dim,
+                         "OBS_DIM": cls._make_spaces()[0].shape[0], "ACT": act,
+                         "INITIAL": initial, "OBSERVE": observe}
+            jobs.append((step_kernel, signature, constants))
     for logits in (True, False):
         signature = {"x_ptr": "*fp32", "out_ptr": "*i64", "num_rows": "i32",
                      "key_lo": "i32", "key_hi": "i32", "offset_lo": "i32",

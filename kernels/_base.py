@@ -1,0 +1,383 @@
+"""The one scaffold of batchenv's kernel envs (classic control, Tag): everything but the game.
+
+Every env keeps the same tensors, on both backends::
+
+    state     [num_envs, *state_shape]  -- the env's own state (float or int)
+    elapsed   [num_envs]  int32         -- steps since the row's fresh start
+    _restarts [num_envs]  int64         -- fresh starts drawn so far (the row's RNG counter)
+
+A family base (``_classic.ClassicControlEnv``, ``_tag.TagEnvBase``) subclasses
+:class:`KernelEnv`, calls :meth:`KernelEnv._setup` from its ``__init__`` and, with its env
+modules, supplies the hooks; the names are those of ``minatar._base.MinAtarEnv``:
+
+- ``_prepare()``: the env's constant tensors, built once the arguments are checked;
+- ``_initial(u) -> state``: fresh states of K rows from uniforms ``[K, draws]``;
+- ``_act(state, action, elapsed) -> (state, reward, terminated)``: one step of every row;
+- ``_observe(state, elapsed) -> observ``: float32 observations (new tensors);
+- ``_check_action(action)``: shape and dtype only;
+- ``_triton_kernel()``: the env module's ``_step_kernel`` (where it can run, and what
+  :meth:`KernelEnv._launch` launches);
+- ``_kernel_options() -> (grid, kwargs)``: the launch's grid and the kernel's own arguments
+  besides the ones every kernel env takes (see :meth:`KernelEnv._launch`).
+
+Everything else lives here: argument checks, seeding, ``reset``, ``reset_where``,
+``step(reset_mask=...)``, ``seed``, ``get_state``/``set_state`` and the kernel launch.
+
+Backends:
+
+- ``"torch"``: plain tensor ops on any device. ``step`` writes the new ``state``/``elapsed``
+  (and the restart counts) into the existing tensors, as the kernels do: a compiled step then
+  allocates no state tensors and has no attribute assignments to replay after its graph.
+  Fresh starts are a counter-based hash of (seed, row, number of fresh starts of that row)
+  (``batchenv.in_graph.counter_rng``): no generator state, so a compiled step that starts
+  finished rows afresh has no graph break.
+- ``"triton"``: one kernel launch per ``step`` (the step, and the fresh starts of
+  ``reset_mask`` rows) writes ``state``/``elapsed`` in place. Fresh starts come from Philox
+  inside the kernel, keyed by the seed and counted per row. It runs on CUDA devices, and on
+  CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before ``batchenv.kernels`` is
+  imported; slow).
+
+No two fresh starts of a run repeat; the two backends draw different starts from one seed.
+On both, observations are new tensors: one handed out earlier never changes under the
+caller, and writing into it never touches the env.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from batchenv.in_graph.counter_rng import counter_uniform, make_key
+
+from . import _triton
+from ._checks import check_indices, check_reset_mask
+
+BACKENDS = ("torch", "triton")
+
+
+class KernelEnv:
+    """A batch of ``num_envs`` copies of one env with a torch and a triton backend; see the
+    module docstring for the tensors, the hooks and the backends."""
+
+    #: Whether ``seed`` may be a list of ints, one per equal block of rows (torch backend).
+    seed_blocks: bool = False
+    #: Truncated once ``elapsed >= max_episode_steps`` (Gymnasium's TimeLimit).
+    max_episode_steps: int
+    #: Uniforms one fresh start of a row takes (the width of ``_initial``'s input).
+    draws: int
+    #: Axes between the row and the features of ``observ`` and ``reward`` (agents).
+    agent_shape: tuple[int, ...] = ()
+    single_observation_space: gym.spaces.Box
+    single_action_space: gym.Space
+
+    def _setup(
+        self,
+        num_envs: int,
+        device: str | torch.device,
+        seed: int | list[int] | None,
+        backend: str,
+        state_shape: tuple[int, ...],
+        state_dtype: torch.dtype,
+    ) -> None:
+        """Check the arguments every kernel env takes, then draw every row's first state."""
+        name = type(self).__name__
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"{name}(num_envs={num_envs!r}): num_envs must be an int >= 1")
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"{name}(backend={backend!r}): unknown backend; choose one of {BACKENDS}"
+            )
+        self._block: int | None = None  # rows per seed when seeded per block
+        if self.seed_blocks and isinstance(seed, (list, tuple)):
+            if (
+                not seed
+                or any(isinstance(s, bool) or not isinstance(s, int) for s in seed)
+                or num_envs % len(seed)
+                or backend != "torch"
+            ):
+                raise ValueError(
+                    f"{name}(seed={seed!r}): a list of seeds needs ints, num_envs divisible "
+                    f"by their number and backend='torch'"
+                )
+            self._block = num_envs // len(seed)
+            seed = list(seed)
+        elif seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            kinds = "an int, a list of ints or None" if self.seed_blocks else "an int or None"
+            raise ValueError(f"{name}(seed={seed!r}): seed must be {kinds}")
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.backend = backend
+        if backend == "triton":
+            reason = _triton.unavailable_reason(self._triton_kernel(), self.device)
+            if reason is not None:
+                raise NotImplementedError(
+                    f"{name}(backend='triton', device='{self.device}'): the GPU-native kernels "
+                    f"cannot run here: {reason}; use backend='torch'"
+                )
+        # Normal tensors even when built under torch.inference_mode(): they are updated in
+        # place, which an inference tensor refuses outside inference mode.
+        with torch.inference_mode(False):
+            self._prepare()
+            self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+            self.state = torch.zeros(
+                (num_envs, *state_shape), dtype=state_dtype, device=self.device
+            )
+            if seed is None:
+                seed = secrets.randbits(64)
+            self._seed = seed if self._block is not None else seed % (1 << 64)
+            self._restarts = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+            if backend == "triton":
+                self._launch(None, torch.ones(num_envs, dtype=torch.bool, device=self.device))
+                return
+            self._key = self._make_key(self._seed)
+            self.state.copy_(self._fresh_state(self._everyone()))
+            self._restarts += 1
+
+    # -- the InGraphEnv protocol ---------------------------------------------------------
+
+    def reset(self, indices: torch.Tensor) -> torch.Tensor:
+        """Start rows ``indices`` (int64 ``[K]``) afresh; return their observations ``[K, ...]``.
+
+        Other rows are untouched. Every fresh start is new: the rows' restart counts move on.
+        """
+        indices = check_indices(self, indices, "reset")
+        if self.backend == "triton":
+            mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+            observ = self._launch(None, mask.index_fill_(0, indices, True))[0]
+            return observ[indices]
+        rows = self._fresh_state(indices)
+        self._restarts.index_add_(0, indices, torch.ones_like(indices))
+        self.state.index_copy_(0, indices, rows)
+        self.elapsed.index_fill_(0, indices, 0)
+        return self._observe(rows, self.elapsed[indices])
+
+    def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
+        """Start the rows where ``mask`` (bool ``[N]``) is set afresh; return every row's
+        observation.
+
+        The traceable form of :meth:`reset` (no index set) that ``rollout()`` calls on every
+        step; a row's fresh start is the one :meth:`reset` would draw for it.
+        """
+        mask = check_reset_mask(self, mask)
+        if self.backend == "triton":
+            return self._launch(None, mask)[0]
+        fresh = self._fresh_state(self._everyone())
+        self._restarts.add_(mask.to(torch.int64))
+        state = torch.where(_per_row(mask, fresh), fresh, self.state)
+        elapsed = torch.where(mask, 0, self.elapsed)
+        self.state.copy_(state)
+        self.elapsed.copy_(elapsed)
+        return self._observe(state, elapsed)
+
+    def step(
+        self, action: torch.Tensor, reset_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Advance every row by one step; return ``(observ, reward, terminated, truncated)``.
+
+        ``observ`` and ``reward`` are float32 (``[N, ...]``), the flags bool ``[N]``. No host
+        sync, no data-dependent shapes.
+
+        ``reset_mask`` (bool ``[N]``, optional) starts the marked rows afresh *instead* of
+        stepping them: their action is ignored, and they return their initial observation,
+        reward 0 and both flags False (Gymnasium's next-step autoreset). Pass the rows that
+        finished at the previous step: their terminal observation was returned then, and a
+        rollout loop never has to leave the device. On the triton backend this is still one
+        kernel launch.
+        """
+        self._check_action(action)
+        action = action.to(self.device)
+        if reset_mask is not None:
+            reset_mask = check_reset_mask(self, reset_mask)
+        if self.backend == "triton":
+            return self._launch(action, reset_mask)
+        state, reward, terminated = self._act(self.state, action, self.elapsed)
+        elapsed = self.elapsed + 1
+        if reset_mask is not None:
+            fresh = self._fresh_state(self._everyone())
+            self._restarts.add_(reset_mask.to(torch.int64))
+            state = torch.where(_per_row(reset_mask, state), fresh, state)
+            reward = torch.where(_per_row(reset_mask, reward), 0.0, reward)
+            terminated = terminated & ~reset_mask
+            elapsed = torch.where(reset_mask, 0, elapsed)
+        # In place (see the module docstring): observations are made from the local tensors,
+        # so none handed out aliases the state.
+        self.state.copy_(state)
+        self.elapsed.copy_(elapsed)
+        truncated = elapsed >= self.max_episode_steps
+        return self._observe(state, elapsed), reward.to(torch.float32), terminated, truncated
+
+    def seed(self, seed: int) -> None:
+        """Re-key the fresh starts: from now on they are those of a new env built with
+        ``seed`` (row i's next fresh start is its first one under that seed).
+
+        The current states are kept; reset the rows to start them afresh.
+        """
+        if self._block is not None:
+            raise TypeError(
+                f"{type(self).__name__}.seed: this env is seeded per block of rows; build a "
+                f"new one with seed=[...] instead"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {seed!r}")
+        self._seed = seed % (1 << 64)
+        self._restarts.zero_()
+        if self.backend == "torch":
+            self._key = self._make_key(self._seed)
+
+    # -- state access (tests, the consistency checker, checkpointing) --------------------
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """Return clones of ``{"state": [N, *state_shape], "elapsed": [N] int32}``."""
+        return {"state": self.state.clone(), "elapsed": self.elapsed.clone()}
+
+    def set_state(self, state: dict[str, Any], indices: torch.Tensor | None = None) -> None:
+        """Overwrite rows ``indices`` (all rows when None) with the given tensors.
+
+        ``state`` holds ``"state"`` ``[K, *state_shape]`` and/or ``"elapsed"`` ``[K]``; a key
+        that is left out keeps its current value. Values are cast to the env's dtypes and
+        device (floats rounded first for an integer state).
+        """
+        name = type(self).__name__
+        unknown = set(state) - {"state", "elapsed"}
+        if unknown:
+            raise ValueError(
+                f"{name}.set_state: unknown keys {sorted(unknown)}; expected 'state', 'elapsed'"
+            )
+        if indices is None:
+            indices = self._everyone()
+        else:
+            indices = check_indices(self, indices, "set_state")
+        k = indices.shape[0]
+        if "state" in state:
+            rows = torch.as_tensor(state["state"]).to(self.device)
+            expected = (k, *self.state.shape[1:])
+            if tuple(rows.shape) != expected:
+                raise ValueError(
+                    f"{name}.set_state: 'state' has shape {tuple(rows.shape)}, expected {expected}"
+                )
+            if not self.state.dtype.is_floating_point and rows.dtype.is_floating_point:
+                rows = rows.round()
+            self.state.index_copy_(0, indices, rows.to(self.state.dtype))
+        if "elapsed" in state:
+            steps = torch.as_tensor(state["elapsed"]).to(self.device, torch.int32)
+            if tuple(steps.shape) != (k,):
+                raise ValueError(
+                    f"{name}.set_state: 'elapsed' has shape {tuple(steps.shape)}, expected ({k},)"
+                )
+            self.elapsed.index_copy_(0, indices, steps)
+
+    # -- hooks (see the module docstring) ------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Build the env's constant tensors on ``self.device`` (the arguments are checked)."""
+
+    def _initial(self, u: torch.Tensor) -> torch.Tensor:
+        """Fresh states ``[K, *state_shape]`` from uniforms ``[K, draws]`` (torch backend)."""
+        raise NotImplementedError
+
+    def _act(
+        self, state: torch.Tensor, action: torch.Tensor, elapsed: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(next_state, reward, terminated)`` of every row (torch backend)."""
+        raise NotImplementedError
+
+    def _observe(self, state: torch.Tensor, elapsed: torch.Tensor) -> torch.Tensor:
+        """float32 observations of K rows' states (a new tensor; torch backend)."""
+        raise NotImplementedError
+
+    def _check_action(self, action: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _triton_kernel():
+        """The env module's ``_step_kernel``."""
+        raise NotImplementedError
+
+    def _kernel_options(self) -> tuple[tuple[int, ...], dict[str, Any]]:
+        """The launch grid and the kernel's own arguments (keywords) besides the common ones."""
+        raise NotImplementedError
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _launch(
+        self, action: torch.Tensor | None, reset_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """One launch of the triton backend's kernel: a step, or a reset when ``action`` is
+        None (only the rows in ``reset_mask`` start afresh). Owns the output buffers.
+
+        Every kernel env's ``_step_kernel`` takes these arguments first, in this order:
+        ``state, elapsed, restarts`` (in and out), ``action``, ``reset_mask``, ``observ``,
+        ``reward``, ``terminated``, ``truncated`` (out), the Philox key's two words, and the
+        constexprs ``STEP`` (step the rows) and ``RESET`` (``reset_mask`` is given).
+
+        Returns ``(observ, reward, terminated, truncated)``, the last three None for a reset.
+        ``observ`` is a new tensor: it never aliases the state.
+        """
+        n, device = self.num_envs, self.device
+        step = action is not None
+        observ_shape = (n, *self.agent_shape, *self.single_observation_space.shape)
+        observ = torch.empty(observ_shape, dtype=torch.float32, device=device)
+        if step:
+            reward = torch.empty((n, *self.agent_shape), dtype=torch.float32, device=device)
+            terminated = torch.empty(n, dtype=torch.bool, device=device)
+            truncated = torch.empty(n, dtype=torch.bool, device=device)
+            action = action.contiguous()
+        else:  # never read or written (STEP is False); any pointer of the right kind will do
+            reward, terminated, truncated, action = observ, self.elapsed, self.elapsed, self.elapsed
+        key_lo, key_hi = _triton.split_key(self._seed)
+        grid, options = self._kernel_options()
+        self._triton_kernel()[grid](
+            self.state,
+            self.elapsed,
+            self._restarts,
+            action,
+            reset_mask if reset_mask is not None else self.elapsed,
+            observ,
+            reward,
+            terminated,
+            truncated,
+            key_lo,
+            key_hi,
+            STEP=step,
+            RESET=reset_mask is not None,
+            # Round op by op, like torch's eager kernels and NumPy, instead of contracting
+            # a * b + c into FMAs (Triton 3.9 still defaults to fusing and warns that the
+            # default changes).
+            enable_fp_fusion=False,
+            **options,
+        )
+        if not step:
+            return observ, None, None, None
+        return observ, reward, terminated, truncated
+
+    def _fresh_state(self, rows: torch.Tensor) -> torch.Tensor:
+        """Fresh states of ``rows`` (int64 [K]) at their current restart counts.
+
+        Counter-based (no generator state), so ``torch.compile`` traces it without a graph
+        break. The caller advances ``_restarts`` of the rows used.
+        """
+        if self._block is None:
+            u = counter_uniform(self._key, rows, self._restarts[rows], self.draws)
+        else:  # row r of block b draws what row r of a lone env seeded seed[b] draws
+            u = counter_uniform(
+                self._key[rows], rows % self._block, self._restarts[rows], self.draws
+            )
+        return self._initial(u)
+
+    def _make_key(self, seed: int | list[int]) -> torch.Tensor:
+        """The RNG key: a scalar, or one per row when seeded per block (K seeds in one env)."""
+        if self._block is None:
+            return make_key(seed, self.device)
+        keys = torch.stack([make_key(s, self.device) for s in seed])
+        return keys.repeat_interleave(self._block)
+
+    def _everyone(self) -> torch.Tensor:
+        return torch.arange(self.num_envs, device=self.device)
+
+
+def _per_row(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``mask`` (``[N]``) shaped to broadcast over the rows of ``like`` (``[N, ...]``)."""
+    return mask.reshape(mask.shape[0], *([1] * (like.dim() - 1)))
