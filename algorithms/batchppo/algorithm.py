@@ -14,7 +14,8 @@ The four callbacks ``simulate()`` drives, in reading order:
 An update (``_update``) normalises the stored raw episodes with the current statistics,
 computes Monte-Carlo returns (or GAE) with truncated episodes bootstrapped from
 ``V(next_observ)``, then runs ``update_epochs`` passes of the penalised PPO loss plus the
-value loss with one Adam, and finally adapts the KL penalty beta (batch-ppo v1.4; docs/batchppo.md).
+value loss with one Adam, and finally adapts the KL penalty beta (batch-ppo v1.4;
+docs/batchppo.md). The networks see the valid steps only, never a padding frame.
 
     >>> import gymnasium as gym
     >>> env = gym.make("Pendulum-v1")
@@ -40,12 +41,11 @@ from .losses import (
     adapt_penalty,
     discounted_returns,
     gae_advantages,
-    masked_mean,
     normalize_advantages,
     policy_loss,
     value_loss,
 )
-from .memory import EpisodeMemory, Episodes
+from .memory import EpisodeMemory, Episodes, Steps
 from .networks import CategoricalHead, GaussianHead, Policy, value_network
 from .normalize import StreamingNormalize
 
@@ -193,26 +193,31 @@ class BatchPPO(Algorithm):
     # --- the update -----------------------------------------------------------------------
 
     def _update(self, episodes: Episodes) -> Summaries:
-        """Train on ``episodes`` (all finished since the last update); return summaries."""
-        config, mask = self.config, episodes.mask
+        """Train on ``episodes`` (all finished since the last update); return summaries.
+
+        The networks run on the valid steps only (:meth:`Episodes.pack`): the losses are
+        means over valid steps, so padding frames would only cost time.
+        """
+        config = self.config
         observ = self.observ_norm.transform(episodes.observ)
-        target, advantage = self.targets(episodes)
+        target, advantage = self.targets(episodes, observ)
+        everything = episodes.pack(observ, advantage, target)
 
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(config.update_epochs):
             for index in self._minibatches(len(episodes)):
-                stats = self._train_step(
-                    episodes.select(index), observ[index], advantage[index], target[index]
-                )
-                for name, value_ in stats.items():
+                batch = everything
+                if index is not None:
+                    batch = episodes.select(index).pack(
+                        observ[index], advantage[index], target[index]
+                    )
+                for name, value_ in self._train_step(batch).items():
                     totals[name] = totals.get(name, 0.0) + value_
                 steps += 1
 
         with torch.no_grad():
-            params = self.policy.sequence(observ, config.chunk_length)
-            old = torch.where(mask.unsqueeze(-1), episodes.params, params)
-            kl = masked_mean(self.policy.head.kl(old, params), mask)
+            kl = self.policy.head.kl(everything.params, self._replay(everything)).mean()
         self.beta = adapt_penalty(self.beta, kl, config.kl_target)
         self.updates += 1
         summaries = {name: total / steps for name, total in totals.items()}
@@ -225,19 +230,23 @@ class BatchPPO(Algorithm):
         )
         return summaries
 
-    def targets(self, episodes: Episodes) -> tuple[torch.Tensor, torch.Tensor]:
+    def targets(
+        self, episodes: Episodes, observ: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Value targets and normalised advantages ``[N, T]`` of ``episodes`` (0 on padding).
 
         Rewards are scaled by the current statistics. Without ``gae_lambda`` the target is the
         Monte-Carlo return and the advantage ``return - V``; with it, GAE(λ) and
         ``advantage + V``. Truncated episodes bootstrap from ``V(last_observ)``, terminated
-        ones from 0.
+        ones from 0. ``observ``: the episodes' observations already normalised.
         """
         config, mask = self.config, episodes.mask
-        observ = self.observ_norm.transform(episodes.observ)
+        if observ is None:
+            observ = self.observ_norm.transform(episodes.observ)
         reward = torch.where(mask, self.reward_norm.transform(episodes.reward), 0.0)
-        with torch.no_grad():
-            value = self.value(observ).squeeze(-1)
+        with torch.no_grad():  # V on the valid steps only; padding is never read
+            valid = self.value(observ[mask]).squeeze(-1)
+            value = torch.zeros_like(reward).masked_scatter(mask, valid)
             last_value = self.value(self.observ_norm.transform(episodes.last_observ)).squeeze(-1)
             bootstrap = torch.where(episodes.truncated, last_value, 0.0)
             if config.gae_lambda is None:
@@ -250,40 +259,43 @@ class BatchPPO(Algorithm):
                 target = torch.where(mask, advantage + value, 0.0)
         return target, normalize_advantages(advantage, mask)
 
-    def _train_step(
-        self,
-        episodes: Episodes,
-        observ: torch.Tensor,
-        advantage: torch.Tensor,
-        target: torch.Tensor,
-    ) -> dict[str, torch.Tensor]:
-        """One Adam step on the policy and value losses of a (mini)batch of episodes."""
-        config, mask = self.config, episodes.mask
-        params = self.policy.sequence(observ, config.chunk_length)
+    def _train_step(self, steps: Steps) -> dict[str, torch.Tensor]:
+        """One Adam step on the policy and value losses of a (mini)batch of packed steps."""
+        config = self.config
         loss_policy, stats = policy_loss(
             self.policy.head,
-            episodes.params,
-            params,
-            episodes.action,
-            advantage,
-            mask,
+            steps.params,
+            self._replay(steps),
+            steps.action,
+            steps.advantage,
+            steps.episode,
+            steps.length,
             self.beta,
             config.kl_target,
             config.kl_cutoff_factor,
             config.kl_cutoff_coef,
             config.entropy_coef,
         )
-        loss_value = value_loss(self.value(observ).squeeze(-1), target, mask)
+        loss_value = value_loss(self.value(steps.observ).squeeze(-1), steps.target)
         self.optimizer.zero_grad(set_to_none=True)
         (loss_policy + loss_value).backward()
         self.optimizer.step()
         stats.update(policy_loss=loss_policy.detach(), value_loss=loss_value.detach())
         return stats
 
-    def _minibatches(self, count: int) -> list[torch.Tensor]:
-        """Episode indices of each minibatch of one epoch (shuffled when more than one)."""
+    def _replay(self, steps: Steps) -> torch.Tensor:
+        """The current policy's distribution parameters ``[R, P]`` at ``steps``: a
+        feed-forward policy runs on the rows, a recurrent one replays whole episodes."""
+        if not self.policy.state_size:
+            return self.policy.sequence(steps.observ)
+        params = self.policy.sequence(steps.padded_observ, self.config.chunk_length)
+        return params[steps.mask]
+
+    def _minibatches(self, count: int) -> list[torch.Tensor | None]:
+        """Episode indices of each minibatch of one epoch (shuffled when more than one);
+        ``[None]`` for one minibatch of every episode."""
         if self.config.minibatches == 1:
-            return [torch.arange(count, device=self.device)]
+            return [None]
         order = torch.randperm(count, generator=self.generator, device=self.device)
         return list(order.chunk(min(self.config.minibatches, count)))
 
@@ -365,7 +377,8 @@ class BatchPPO(Algorithm):
         """Policy action -> env action (Box shape / Discrete start)."""
         if self._is_box:
             return action.reshape(action.shape[0], *self._action_shape)
-        return action + int(self.action_space.start)
+        start = int(self.action_space.start)
+        return action + start if start else action
 
     def _memory_action(self, action: torch.Tensor) -> torch.Tensor:
         """Env action -> policy action (flat float32 / 0-based int64)."""

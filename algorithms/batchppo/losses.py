@@ -1,8 +1,15 @@
-"""BatchPPO's returns, advantages and losses as pure functions of padded episode batches.
+"""BatchPPO's returns, advantages and losses as pure functions of batches of episodes.
 
-All batches are ``[N, T]`` (N episodes padded to T steps) with a ``length`` vector ``[N]``;
-``mask`` is ``[N, T]``, True on valid steps. ``bootstrap`` ``[N]`` is the value after an
-episode's last step: ``V(next_observ)`` for truncated episodes, 0 for terminated ones.
+Returns and advantages run over time, so they take episodes padded to ``[N, T]`` (N
+episodes, T steps) with a ``length`` vector ``[N]``; ``mask`` is ``[N, T]``, True on valid
+steps. ``bootstrap`` ``[N]`` is the value after an episode's last step: ``V(next_observ)``
+for truncated episodes, 0 for terminated ones.
+
+The losses take the valid steps only, packed into ``R = length.sum()`` rows (see
+:meth:`~batchenv.algorithms.batchppo.memory.Episodes.pack`), with ``episode`` ``[R]`` naming
+each row's episode. They equal the means over valid steps of the padded batch, but no
+network ever runs on a padding frame: an update of 30 CartPole episodes of 40 to 500 steps
+does about half the work.
 
     >>> reward = torch.tensor([[1.0, 1.0, 0.0]])
     >>> discounted_returns(reward, torch.tensor([2]), 0.5, torch.tensor([4.0]))
@@ -18,6 +25,7 @@ from .networks import Head
 __all__ = [
     "adapt_penalty",
     "discounted_returns",
+    "episode_means",
     "gae_advantages",
     "masked_mean",
     "normalize_advantages",
@@ -96,13 +104,25 @@ def adapt_penalty(beta: torch.Tensor, kl: torch.Tensor, kl_target: float) -> tor
     return torch.where(kl < 0.7 * kl_target, beta / 1.5, beta)
 
 
+def episode_means(value: torch.Tensor, episode: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """Per-episode means ``[N]`` of packed rows: ``value`` ``[R]``, ``episode`` ``[R]`` (0..N-1),
+    ``length`` ``[N]`` (each episode's number of rows).
+
+    >>> episode_means(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]))
+    tensor([2., 5.])
+    """
+    total = value.new_zeros(length.shape[0]).index_add(0, episode, value)
+    return total / length.clamp(min=1)
+
+
 def policy_loss(
     head: Head,
     old_params: torch.Tensor,
     new_params: torch.Tensor,
     action: torch.Tensor,
     advantage: torch.Tensor,
-    mask: torch.Tensor,
+    episode: torch.Tensor,
+    length: torch.Tensor,
     beta: torch.Tensor,
     kl_target: float,
     kl_cutoff_factor: float,
@@ -111,7 +131,9 @@ def policy_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The penalised PPO objective of batch-ppo, per episode then averaged over episodes.
 
-    Per episode (means over its valid steps)::
+    The rows are the packed valid steps of N episodes: ``old_params``/``new_params``
+    ``[R, P]``, ``action`` ``[R, ...]``, ``advantage`` and ``episode`` ``[R]``, ``length``
+    ``[N]``. Per episode (means over its steps)::
 
         -mean_t(ratio_t * A_t) + beta * KL + cutoff_coef * max(0, KL - cutoff_factor * target)²
         - entropy_coef * mean_t(entropy_t)
@@ -120,15 +142,12 @@ def policy_loss(
     Returns the loss and detached statistics (``kl``, ``entropy``, ``surrogate``,
     ``kl_cutoff_fraction``).
     """
-    params_mask = mask.unsqueeze(-1)
-    # Padding frames hold no behaviour parameters: compare the new policy with itself there.
-    old_params = torch.where(params_mask, old_params, new_params.detach())
-    kl = masked_mean(head.kl(old_params, new_params), mask, dim=1)
+    kl = episode_means(head.kl(old_params, new_params), episode, length)
     log_ratio = head.log_prob(new_params, action) - head.log_prob(old_params, action)
-    surrogate = -masked_mean(torch.exp(log_ratio) * advantage, mask, dim=1)
+    surrogate = -episode_means(torch.exp(log_ratio) * advantage, episode, length)
     threshold = kl_cutoff_factor * kl_target
     cutoff = kl_cutoff_coef * torch.relu(kl - threshold).square()
-    entropy = masked_mean(head.entropy(new_params), mask, dim=1)
+    entropy = episode_means(head.entropy(new_params), episode, length)
     loss = surrogate + beta * kl + cutoff - entropy_coef * entropy
     stats = {
         "kl": kl.mean(),
@@ -139,6 +158,6 @@ def policy_loss(
     return loss.mean(), {name: value.detach() for name, value in stats.items()}
 
 
-def value_loss(value: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``0.5 * mean over valid steps of (target - value)²``."""
-    return 0.5 * masked_mean((target - value).square(), mask)
+def value_loss(value: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``0.5 * mean of (target - value)²`` over packed rows ``[R]`` (the valid steps)."""
+    return 0.5 * (target - value).square().mean()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["EpisodeMemory", "Episodes"]
+__all__ = ["EpisodeMemory", "Episodes", "Steps"]
 
 
 @dataclass
@@ -58,6 +58,49 @@ class Episodes:
     def select(self, index: torch.Tensor) -> Episodes:
         """The episodes at ``index`` (a minibatch)."""
         return Episodes(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
+
+    def pack(self, observ: torch.Tensor, advantage: torch.Tensor, target: torch.Tensor) -> Steps:
+        """The valid steps only, episode after episode, with the update's per-step inputs
+        (``observ`` ``[N, T, O]`` normalised, ``advantage`` and ``target`` ``[N, T]``).
+
+            >>> steps = episodes.pack(observ, advantage, target)   # steps.observ: [R, O]
+        """
+        mask = self.mask
+        return Steps(
+            observ=observ[mask],
+            action=self.action[mask],
+            params=self.params[mask],
+            advantage=advantage[mask],
+            target=target[mask],
+            episode=mask.nonzero()[:, 0],
+            length=self.length,
+            padded_observ=observ,
+            mask=mask,
+        )
+
+
+@dataclass
+class Steps:
+    """The ``R = length.sum()`` valid steps of ``N`` episodes, packed without padding."""
+
+    observ: torch.Tensor
+    """``[R, O]`` normalised observations."""
+    action: torch.Tensor
+    """``[R, *action_shape]`` actions taken."""
+    params: torch.Tensor
+    """``[R, P]`` behaviour-policy distribution parameters."""
+    advantage: torch.Tensor
+    """``[R]`` normalised advantages."""
+    target: torch.Tensor
+    """``[R]`` value targets."""
+    episode: torch.Tensor
+    """``[R]`` int64: the row's episode, 0 to N - 1."""
+    length: torch.Tensor
+    """``[N]`` int64 number of steps of each episode."""
+    padded_observ: torch.Tensor
+    """``[N, T, O]`` the same observations padded (a recurrent policy replays episodes)."""
+    mask: torch.Tensor
+    """``[N, T]`` bool: where the rows sit in ``padded_observ``."""
 
 
 class EpisodeMemory:

@@ -53,6 +53,10 @@ class StreamingNormalize(nn.Module):
         self.register_buffer("count", torch.zeros((), **as64))
         self.register_buffer("mean", torch.zeros(self.shape, **as64))
         self.register_buffer("m2", torch.zeros(self.shape, **as64))  # sum of squared deviations
+        # transform()'s divisor, recomputed on the first transform() after the statistics
+        # change (update, load_state_dict): evaluation reuses it for every step.
+        self.register_buffer("divisor", torch.ones(self.shape, **as64), persistent=False)
+        self._stale = False
 
     def update(self, value: torch.Tensor) -> None:
         """Fold a batch ``[..., *shape]`` into the statistics (Chan's parallel update)."""
@@ -67,6 +71,7 @@ class StreamingNormalize(nn.Module):
         self.mean += delta * (n / total)
         self.m2 += batch_m2 + delta.square() * (self.count * n / total)
         self.count += n
+        self._stale = True
 
     def variance(self) -> torch.Tensor:
         """Unbiased sample variance (ones before two samples have been seen)."""
@@ -82,11 +87,18 @@ class StreamingNormalize(nn.Module):
         out = value.to(torch.float64)
         if self.center:
             out = out - self.mean
-        if self.scale:  # (no host sync: the count check stays on the device)
-            out = out / torch.where(self.count > 1, self.std(), torch.ones_like(self.m2))
+        if self.scale:
+            if self._stale:
+                self.divisor = torch.where(self.count > 1, self.std(), torch.ones_like(self.m2))
+                self._stale = False
+            out = out / self.divisor
         if self.clip is not None:
             out = out.clamp(-self.clip, self.clip)
         return out.to(value.dtype)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._stale = True
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, center={self.center}, scale={self.scale}, clip={self.clip}"

@@ -13,9 +13,10 @@ BatchPPO page of the docs):
    each phase a plain loop over ``simulate()`` that starts with a forced reset of every row
    (and a reseed of the envs, so a phase's episodes depend only on the seed and the phase
    number);
-4. after every round: a metrics row per phase, ``curve.png`` and an atomic checkpoint
-   (algorithm, normalisers, optimiser, RNG states, step counters), so ``resume=True``
-   continues exactly where the last round ended;
+4. after every round: a metrics row per phase and an atomic checkpoint (algorithm,
+   normalisers, optimiser, RNG states, step counters), so ``resume=True`` continues exactly
+   where the last round ended; ``curve.png`` every ``CURVE_SECONDS`` and when the run ends
+   (also by Ctrl-C or a callback's exception);
 5. log checkpoints (SLM Lab's, :mod:`~batchenv.algorithms.batchppo.log_checkpoints`):
    every ``config.log_frequency`` train steps within the train phases, the mean return of
    the last 100 training episodes, handed to ``on_checkpoint`` once their round is saved.
@@ -90,6 +91,10 @@ METRICS = (
     "steps_per_s",
 )
 _UPDATE_MEANS = ("policy_loss", "value_loss", "kl", "entropy")
+
+#: curve.png is redrawn after a round only when this many seconds have passed since it was
+#: last drawn, and when train() ends: drawing costs a noticeable share of a short round.
+CURVE_SECONDS = 30.0
 
 
 def train(
@@ -183,6 +188,8 @@ def train(
         #    Ctrl-C (KeyboardInterrupt) keeps the last complete round and drops the one in
         #    progress, and resume=True redoes that round exactly.
         saved_step = counters["train_steps"]
+        drawn = time.perf_counter()  # when curve.png was last drawn
+        undrawn = False  # metrics rows written since then
         try:
             while counters["train_steps"] < config.steps:
                 round_ = counters["rounds"]
@@ -215,11 +222,15 @@ def train(
                 counters["train_steps"] = train_steps
                 counters["rounds"] += 1
 
-                # 4. Metrics, curve and checkpoint after every round (Ctrl-C waits for all).
+                # 4. Metrics and checkpoint after every round, the curve when CURVE_SECONDS
+                #    have passed since it was drawn (Ctrl-C waits for all).
                 with _interrupt_after():
                     for step, phase, metrics in rows:
                         run.log(step, phase, **metrics)
-                    run.plot_curve()
+                    undrawn = undrawn or bool(rows)
+                    if undrawn and time.perf_counter() - drawn >= CURVE_SECONDS:
+                        run.plot_curve()
+                        drawn, undrawn = time.perf_counter(), False
                     run.save_checkpoint(_checkpoint(algo, config, counters, scores, log))
                     saved_step = counters["train_steps"]
                     for frame, total_reward, updates in log.take():
@@ -233,7 +244,9 @@ def train(
             if start is not None and not (run.path / CHECKPOINT_NAME).exists():
                 run.save_checkpoint(start)
             raise TrainingInterrupted(run.path, saved_step) from None
-        run.plot_curve()
+        finally:  # the curve of every row written, however the run ended
+            if undrawn:
+                run.plot_curve()
         return scores
 
 

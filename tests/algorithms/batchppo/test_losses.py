@@ -129,18 +129,18 @@ def test_beta_adaptation_rule(kl, expected):
 
 def test_policy_loss_by_hand_with_cutoff():
     head = GaussianHead(1, 1, init_std=1.0, init_output_factor=0.1)
-    # One episode of 2 valid steps and 1 padding step whose stored parameters are zero
-    # (std 0 would make a naive KL infinite). Old N(0, 1); new N(1, 1); actions 0; A = 1.
-    old = torch.tensor([[[0.0, 1.0], [0.0, 1.0], [0.0, 0.0]]])
-    new = torch.tensor([[[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]], requires_grad=True)
-    mask = torch.tensor([[True, True, False]])
+    # One episode of 2 steps (packed rows, no padding). Old N(0, 1); new N(1, 1); actions 0;
+    # A = 1.
+    old = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    new = torch.tensor([[1.0, 1.0], [1.0, 1.0]], requires_grad=True)
     loss, stats = policy_loss(
         head,
         old,
         new,
-        torch.zeros(1, 3, 1),
-        torch.ones(1, 3),
-        mask,
+        torch.zeros(2, 1),
+        torch.ones(2),
+        episode=torch.tensor([0, 0]),
+        length=torch.tensor([2]),
         beta=torch.tensor(2.0),
         kl_target=0.01,
         kl_cutoff_factor=2,
@@ -152,28 +152,32 @@ def test_policy_loss_by_hand_with_cutoff():
     torch.testing.assert_close(stats["kl"], torch.tensor(0.5))
     assert stats["kl_cutoff_fraction"].item() == 1.0
     loss.backward()
-    assert torch.isfinite(new.grad).all() and new.grad[0, 2].eq(0).all()
+    # d/dmean of -exp(-(mean - 0)^2 / 2) + (2 + 2000 (KL - 0.02)) KL, KL = mean^2 / 2, per
+    # step (each is half of the episode mean): exp(-1/2) + 2 + 2000 * 0.48, halved.
+    expected_grad = (math.exp(-0.5) + 2.0 + 2000 * 0.48) / 2
+    torch.testing.assert_close(new.grad[:, 0], torch.full((2,), expected_grad))
 
 
 def test_policy_loss_of_an_unchanged_policy_is_minus_the_mean_advantage():
     head = CategoricalHead(1, 3, init_output_factor=0.1)
-    logits = torch.randn(2, 4, 3, generator=GEN)
-    advantage = torch.randn(2, 4, generator=GEN)
-    mask = torch.tensor([[True] * 4, [True, True, False, False]])
-    action = torch.randint(0, 3, (2, 4), generator=GEN)
+    # Two episodes packed: 4 steps, then 2.
+    logits = torch.randn(6, 3, generator=GEN)
+    advantage = torch.randn(6, generator=GEN)
+    action = torch.randint(0, 3, (6,), generator=GEN)
     loss, stats = policy_loss(
         head,
         logits,
         logits.clone(),
         action,
         advantage,
-        mask,
+        torch.tensor([0, 0, 0, 0, 1, 1]),
+        torch.tensor([4, 2]),
         torch.tensor(1.0),
         0.01,
         2,
         1000,
         entropy_coef=0.0,
     )
-    expected = -(advantage[0].mean() + advantage[1, :2].mean()) / 2
+    expected = -(advantage[:4].mean() + advantage[4:].mean()) / 2
     torch.testing.assert_close(loss, expected)
     assert stats["kl"].abs().item() < 1e-6

@@ -69,3 +69,25 @@ def test_state_dict_round_trip():
     probe = torch.randn(5, 3)
     assert torch.equal(other.transform(probe), norm.transform(probe))
     assert set(norm.state_dict()) == {"count", "mean", "m2"}
+
+
+def test_transform_follows_every_change_of_the_statistics():
+    """transform() keeps its divisor between calls: it must still see each update() and a
+    load_state_dict() made after a transform()."""
+    rng = np.random.default_rng(1)
+    first, second = (torch.as_tensor(batch) for batch in _stream(rng, [50, 50], (2,)))
+    probe = torch.tensor([[4.0, -1.0]])
+    norm = StreamingNormalize((2,))
+    assert torch.equal(norm.transform(probe), probe)  # no samples yet: mean 0, std 1
+    norm.update(first)
+    after_first = norm.transform(probe)
+    norm.update(second)
+    data = torch.cat((first, second)).double()
+    expected = (probe - data.mean(0)) / torch.sqrt(data.var(0) + 1e-4)
+    torch.testing.assert_close(norm.transform(probe), expected.float())
+    assert not torch.allclose(after_first, norm.transform(probe))
+
+    fresh = StreamingNormalize((2,))
+    fresh.transform(probe)  # its divisor is 1 now
+    fresh.load_state_dict(norm.state_dict())
+    torch.testing.assert_close(fresh.transform(probe), expected.float())

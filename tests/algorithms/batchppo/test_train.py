@@ -388,3 +388,35 @@ def test_bad_device_and_env_fail_before_anything_is_made(tmp_path, monkeypatch):
         train(TINY.replace(env="HalfCheetah-v5"), logdir=tmp_path / "run", progress=False)
     assert str(error.value) == 'HalfCheetah-v5 needs the mujoco package: pip install -e ".[mujoco]"'
     assert not (tmp_path / "run").exists()
+
+
+def test_the_curve_is_drawn_every_curve_seconds_and_at_the_end(tmp_path, monkeypatch):
+    from batchenv.run_dir import RunDirectory
+
+    train_module = importlib.import_module("batchenv.algorithms.batchppo.train")
+    drawn = []
+    original = RunDirectory.plot_curve
+
+    def plot_curve(self, *args, **kwargs):
+        drawn.append(len(_rows(self.path)))  # metrics rows written when it is drawn
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunDirectory, "plot_curve", plot_curve)
+    train(TINY.replace(steps=1600), logdir=tmp_path / "slow", progress=False)
+    assert drawn == [4]  # two rounds well within CURVE_SECONDS: only the final drawing
+    drawn.clear()
+    monkeypatch.setattr(train_module, "CURVE_SECONDS", 0.0)
+    train(TINY.replace(steps=1600), logdir=tmp_path / "fast", progress=False)
+    assert drawn == [2, 4]  # after each round (nothing new to draw at the end)
+    drawn.clear()
+    monkeypatch.setattr(train_module, "CURVE_SECONDS", 3600.0)
+
+    def stop(steps: int, score: float) -> None:
+        raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        train(
+            TINY.replace(steps=1600), logdir=tmp_path / "stopped", progress=False, after_round=stop
+        )
+    assert drawn == [2]  # a callback ended the run after round 1: its rows are drawn
+    assert (tmp_path / "stopped" / "curve.png").stat().st_size > 0
