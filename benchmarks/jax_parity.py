@@ -230,15 +230,23 @@ def spec_for(side: str, workload: str, args: argparse.Namespace) -> dict:
 
 def run_child(spec: dict, args: argparse.Namespace) -> dict:
     """Run ``spec`` in a fresh interpreter of its side; its RESULT, or ``{"error": ...}``."""
+    return run_fresh("jax_parity_child.py", spec, args, jax_side="jax")
+
+
+def run_fresh(script: str, spec: dict, args: argparse.Namespace, jax_side: str) -> dict:
+    """Run ``script SPEC`` (a file of this folder) in a fresh interpreter, in a scratch
+    directory with an empty TorchInductor cache: the JAX interpreter (``args.jax_python`` or
+    the venv's) where ``spec["side"] == jax_side``, else this one. The child's last
+    ``RESULT {json}`` line, or ``{"error": ...}`` within ``args.timeout`` seconds."""
     python = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if spec["side"] == "jax":
+    if spec["side"] == jax_side:
         python = str(args.jax_python or venv_python(args.venv))
         if args.jax_python is None:
             env.pop("PYTHONPATH", None)  # nothing of this project's interpreter
-    with tempfile.TemporaryDirectory(prefix="jax_parity_") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"{Path(script).stem}_") as scratch:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(scratch) / "inductor")
-        command = [python, str(HERE / "jax_parity_child.py"), json.dumps(spec)]
+        command = [python, str(HERE / script), json.dumps(spec)]
         try:
             done = subprocess.run(
                 command, cwd=scratch, env=env, capture_output=True, text=True, timeout=args.timeout

@@ -163,28 +163,35 @@ def jax_ppo(spec: dict) -> dict:
 
 
 def jax_stepping(num_envs: int, seconds: float) -> dict:
-    """gymnax CartPole-v1: ``lax.scan`` over SCAN_STEPS steps of ``num_envs`` envs with
-    uniformly random actions drawn in the program. The carry keeps the last observation, the
-    reward sum and the number of finished episodes, so XLA computes what a training loop
-    reads (an unused observation would be dead code)."""
+    """gymnax CartPole-v1 in a ``lax.scan`` of SCAN_STEPS steps (:func:`gymnax_scan`)."""
+    return gymnax_scan("CartPole-v1", num_envs, seconds, SCAN_STEPS)
+
+
+def gymnax_scan(env_name: str, num_envs: int, seconds: float, steps: int) -> dict:
+    """gymnax's ``env_name``: ``jax.jit`` of a ``lax.scan`` over ``steps`` steps of
+    ``vmap(env.step)`` (which resets finished envs itself) with uniformly random actions
+    drawn in the program. The carry keeps the last observation, the reward sum and the
+    number of finished episodes, so XLA computes what a training loop reads (an unused
+    observation would be dead code)."""
     import gymnax
     import jax
     import jax.numpy as jnp
 
-    env, params = gymnax.make("CartPole-v1")
+    env, params = gymnax.make(env_name)
+    actions = env.num_actions
     step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def body(carry, _):
         key, state, _, reward_sum, episodes = carry
         key, action_key, step_key = jax.random.split(key, 3)
-        action = jax.random.randint(action_key, (num_envs,), 0, 2)
+        action = jax.random.randint(action_key, (num_envs,), 0, actions)
         keys = jax.random.split(step_key, num_envs)
         obs, state, reward, terminated, truncated, _ = step(keys, state, action, params)
         done = jnp.logical_or(terminated, truncated)
         return (key, state, obs, reward_sum + reward, episodes + done), None
 
     def rollout(carry):
-        carry, _ = jax.lax.scan(body, carry, None, length=SCAN_STEPS)
+        carry, _ = jax.lax.scan(body, carry, None, length=steps)
         return carry
 
     key, reset_key = jax.random.split(jax.random.PRNGKey(0))
@@ -203,10 +210,10 @@ def jax_stepping(num_envs: int, seconds: float) -> dict:
 
     rate = steady_rate(call, lambda: jax.block_until_ready(carry), seconds)
     return {
-        "label": f"gymnax lax.scan of {SCAN_STEPS} steps",
+        "label": f"gymnax lax.scan of {steps} steps",
         "num_envs": num_envs,
         "compile_seconds": compile_seconds,
-        "steps_per_second": rate * SCAN_STEPS * num_envs,
+        "steps_per_second": rate * steps * num_envs,
     }
 
 

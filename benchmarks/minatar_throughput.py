@@ -52,17 +52,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from jax_parity import CACHE, machine, venv_python
-from minatar_throughput_child import GAMES, RESULT_PREFIX
+from jax_parity import CACHE, machine, run_fresh, venv_python
+from minatar_throughput_child import GAMES
 
-HERE = Path(__file__).resolve().parent
 SIDES = ("gymnax", "batchenv", "minatar")
 RUN_TIMEOUT_S = 3600
 
@@ -90,26 +85,7 @@ def spec_for(side: str, game: str, args: argparse.Namespace) -> dict | None:
 
 def run_child(spec: dict, args: argparse.Namespace) -> dict:
     """Run ``spec`` in a fresh interpreter of its side; its RESULT, or ``{"error": ...}``."""
-    python = sys.executable
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if spec["side"] == "gymnax":
-        python = str(args.jax_python or venv_python(args.venv))
-        if args.jax_python is None:
-            env.pop("PYTHONPATH", None)  # nothing of this project's interpreter
-    with tempfile.TemporaryDirectory(prefix="minatar_throughput_") as scratch:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(scratch) / "inductor")
-        command = [python, str(HERE / "minatar_throughput_child.py"), json.dumps(spec)]
-        try:
-            done = subprocess.run(
-                command, cwd=scratch, env=env, capture_output=True, text=True, timeout=args.timeout
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {args.timeout} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    if done.returncode != 0 or not lines:
-        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
-        return {"error": f"exit {done.returncode}: {tail}"}
-    return json.loads(lines[-1][len(RESULT_PREFIX) :])
+    return run_fresh("minatar_throughput_child.py", spec, args, jax_side="gymnax")
 
 
 def describe(result: dict) -> str:

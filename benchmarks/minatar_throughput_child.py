@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable
 
 # Helpers shared with the JAX parity benchmark (stdlib only at import, so the JAX
 # interpreter can import them too; this folder is on sys.path as the script's own).
-from jax_parity_child import first_call_compile, package_versions, steady_rate
+from jax_parity_child import (
+    device_sync,
+    first_call_compile,
+    gymnax_scan,
+    package_versions,
+    steady_rate,
+)
 
 RESULT_PREFIX = "RESULT "
 SCAN_STEPS = 64  # the most steps per compiled program call (gymnax's lax.scan, our rollout)
@@ -70,59 +74,13 @@ def run_gymnax(spec: dict) -> tuple[list[dict], dict]:
 
     versions = package_versions(["jax", "jaxlib", "gymnax"])
     versions["jax_devices"] = [str(device) for device in jax.devices()]
-    entries = [gymnax_scan(spec["game"], n, spec["seconds"]) for n in spec["sizes"]]
+    entries = [gymnax_port(spec["game"], n, spec["seconds"]) for n in spec["sizes"]]
     return entries, versions
 
 
-def gymnax_scan(game: str, num_envs: int, seconds: float) -> dict:
-    """gymnax's port: ``jax.jit`` of a ``lax.scan`` over ``steps_per_call`` steps of
-    ``vmap(env.step)`` (which resets finished envs itself) with uniformly random actions
-    drawn in the program. The carry keeps the last observation, the reward sum and the
-    number of finished episodes, so XLA computes what a training loop reads (an unused
-    observation would be dead code)."""
-    import gymnax
-    import jax
-    import jax.numpy as jnp
-
-    env, params = gymnax.make(GAMES[game][1])
-    steps = steps_per_call(num_envs)
-    actions = env.num_actions
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-
-    def body(carry, _):
-        key, state, _, reward_sum, episodes = carry
-        key, action_key, step_key = jax.random.split(key, 3)
-        action = jax.random.randint(action_key, (num_envs,), 0, actions)
-        keys = jax.random.split(step_key, num_envs)
-        obs, state, reward, terminated, truncated, _ = step(keys, state, action, params)
-        done = jnp.logical_or(terminated, truncated)
-        return (key, state, obs, reward_sum + reward, episodes + done), None
-
-    def scan(carry):
-        carry, _ = jax.lax.scan(body, carry, None, length=steps)
-        return carry
-
-    key, reset_key = jax.random.split(jax.random.PRNGKey(0))
-    obs, state = jax.vmap(env.reset, in_axes=(0, None))(
-        jax.random.split(reset_key, num_envs), params
-    )
-    carry = (key, state, obs, jnp.zeros(num_envs), jnp.zeros(num_envs, jnp.int32))
-    begin = time.perf_counter()
-    compiled = jax.jit(scan).lower(carry).compile()
-    compile_seconds = time.perf_counter() - begin
-    carry = jax.block_until_ready(compiled(carry))
-
-    def call():
-        nonlocal carry
-        carry = compiled(carry)
-
-    rate = steady_rate(call, lambda: jax.block_until_ready(carry), seconds)
-    return {
-        "label": f"gymnax jit(lax.scan of {steps} steps)",
-        "num_envs": num_envs,
-        "compile_seconds": compile_seconds,
-        "steps_per_second": rate * steps * num_envs,
-    }
+def gymnax_port(game: str, num_envs: int, seconds: float) -> dict:
+    """gymnax's port of ``game``: a jitted ``lax.scan`` of ``steps_per_call`` random steps."""
+    return gymnax_scan(GAMES[game][1], num_envs, seconds, steps_per_call(num_envs))
 
 
 # -- batchenv -----------------------------------------------------------------------------------
@@ -153,13 +111,6 @@ def game_class(game: str):
     from batchenv.kernels import minatar
 
     return getattr(minatar, GAMES[game][0])
-
-
-def device_sync(device) -> Callable[[], None]:
-    """What makes a timer honest on ``device``: CUDA runs kernels asynchronously."""
-    import torch
-
-    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
 def batchenv_eager(game: str, num_envs: int, seconds: float, device) -> dict:
