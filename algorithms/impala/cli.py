@@ -196,9 +196,13 @@ def _train_in(run_path: Path, config: ImpalaConfig, *, resume: bool, progress: b
 
 
 def preflight(config: ImpalaConfig) -> None:
-    """Checks before anything is created: the device, the env id and its extras, Ray for
-    distributed mode (ValueError with one line saying what to do)."""
+    """Checks before anything is created: the device, the env id and its extras (MinAtar
+    ids register the ``minatar`` package's), Ray for distributed mode (ValueError with one
+    line saying what to do)."""
+    from batchenv.make import register_minatar
     from batchenv.preflight import check_device, check_gym_env
+
+    from .envs import is_minatar_id, minatar_ids
 
     check_device(config.device)
     if config.mode == "distributed":
@@ -206,6 +210,17 @@ def preflight(config: ImpalaConfig) -> None:
 
         if importlib.util.find_spec("ray") is None:
             raise ValueError('--mode distributed needs the ray extra: pip install -e ".[ray]"')
+    if is_minatar_id(config.env):
+        try:
+            register_minatar(config.env)
+        except ImportError:
+            raise ValueError(
+                f"{config.env} is a MinAtar game and needs the minatar package: "
+                'pip install -e ".[minatar]"'
+            ) from None
+        except ValueError:
+            known = ", ".join(minatar_ids())
+            raise ValueError(f"unknown env {config.env!r}: expected one of {known}") from None
     if isinstance(config.env, str):
         check_gym_env(config.env)
 

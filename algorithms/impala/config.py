@@ -26,7 +26,7 @@ from dataclasses import dataclass
 __all__ = ["ImpalaConfig", "field_help"]
 
 REWARD_CLIPPING = ("abs_one", "none")
-MODELS = ("auto", "mlp", "atari", "resnet")
+MODELS = ("auto", "mlp", "atari", "resnet", "minatar")
 MODES = ("sync", "async", "distributed")
 PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 PRECISIONS = ("fp32", "bf16")
@@ -42,7 +42,8 @@ class ImpalaConfig:
     batched inference and a learner queue (PolyBeast); 'distributed': actors as Ray actors
     on the nodes of a Ray cluster (the ray extra; see ray_address and placement)."""
     env: str = "CartPole-v1"
-    """Gymnasium id (Atari ids get the DeepMind preprocessing of batchenv.wrappers)."""
+    """Gymnasium id (Atari ids get the DeepMind preprocessing of batchenv.wrappers;
+    MinAtar/<Game>-v1 ids run the minatar package's games)."""
     num_actors: int = 4
     """Actors (sync: processes with a CPU model copy; async: threads), envs_per_actor each."""
     envs_per_actor: int = 1
@@ -77,7 +78,8 @@ class ImpalaConfig:
 
     # Model.
     model: str = "auto"
-    """'auto' (MLP for vectors, Atari net for images), 'mlp', 'atari' or 'resnet'."""
+    """'auto' (MinAtar net for MinAtar/ ids, MLP for vectors, Atari net for other images),
+    'mlp', 'atari', 'resnet' or 'minatar' (the MinAtar paper's net, for (10, 10, C) frames)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the MLP agent."""
     use_lstm: bool = False

@@ -2,8 +2,10 @@
 
 ``env_constructor("CartPole-v1")`` makes the plain Gymnasium env; Atari ids
 (``PongNoFrameskip-v4``, ``ALE/Pong-v5``) get the DeepMind preprocessing of
-``batchenv.wrappers.make_atari`` (frames ``[4, 84, 84]`` uint8). An actor steps its envs as
-one group: ``InProcessGroup`` steps them one after another in the actor process itself,
+``batchenv.wrappers.make_atari`` (frames ``[4, 84, 84]`` uint8); MinAtar ids
+(``MinAtar/Breakout-v1``) are the ``minatar`` package's games (frames ``[10, 10, C]`` bool),
+registered in each process that makes one. An actor steps its envs as one group:
+``InProcessGroup`` steps them one after another in the actor process itself,
 ``WorkerGroup`` in a ``batchenv.make`` worker group. Both autoreset: the observation
 returned for a finished env is the first one of its next episode, as in TorchBeast.
 
@@ -31,6 +33,8 @@ __all__ = [
     "describe",
     "env_constructor",
     "is_atari_id",
+    "is_minatar_id",
+    "minatar_ids",
 ]
 
 
@@ -39,7 +43,25 @@ def is_atari_id(env_id: str) -> bool:
     return env_id.startswith("ALE/") or "NoFrameskip" in env_id
 
 
+def is_minatar_id(env: object) -> bool:
+    """True for the ``minatar`` package's ids: ``MinAtar/Breakout-v1``, ``MinAtar/Freeway-v0``..."""
+    from batchenv.make import MINATAR_PREFIX
+
+    return isinstance(env, str) and env.startswith(MINATAR_PREFIX)
+
+
+def minatar_ids() -> list[str]:
+    """The registered ``MinAtar/`` ids (after :func:`batchenv.make.register_minatar`)."""
+    from batchenv.make import MINATAR_PREFIX
+
+    return sorted(i for i in gymnasium.registry if i.startswith(MINATAR_PREFIX))
+
+
 def _make_gymnasium(env_id: str) -> gymnasium.Env:
+    if is_minatar_id(env_id):
+        from batchenv.make import make_minatar
+
+        return make_minatar(env_id)
     if is_atari_id(env_id):
         from batchenv.wrappers import make_atari
 

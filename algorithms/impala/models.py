@@ -1,4 +1,5 @@
-"""IMPALA agents: an MLP for vector observations, the shallow Atari net and the deep ResNet.
+"""IMPALA agents: an MLP for vector observations, the shallow Atari net, the deep ResNet and
+the MinAtar net.
 
 Every agent is a torso (observation -> features) followed by one shared core-and-heads block:
 the features are concatenated with the clipped reward and the one-hot last action, optionally
@@ -9,7 +10,8 @@ share TorchBeast's forward signature::
 
 with ``inputs`` a dict of time-major tensors
 
-- ``"frame"``: ``[T, B, *observation_shape]`` (uint8 frames are scaled by 1/255 inside),
+- ``"frame"``: ``[T, B, *observation_shape]`` (uint8 frames are scaled by 1/255 inside, bool
+  frames become 0.0 / 1.0),
 - ``"reward"``: ``[T, B]`` (clipped to [-1, 1] inside),
 - ``"done"``: ``[T, B]`` (True where ``frame`` is the first of a new episode; the LSTM state
   is zeroed before that step),
@@ -29,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AtariNet", "CoreState", "MLPAgent", "ResNetAgent", "forward_in"]
+__all__ = ["AtariNet", "CoreState", "MLPAgent", "MinAtarNet", "ResNetAgent", "forward_in"]
 
 CoreState = tuple[torch.Tensor, ...]
 """Recurrent state: ``()`` for feed-forward agents, ``(h, c)`` each ``[1, B, hidden]``."""
@@ -150,8 +152,10 @@ def _agent_forward(
     head: _CoreAndHeads,
     inputs: dict[str, torch.Tensor],
     core_state: CoreState,
+    frames_last: bool = False,
 ) -> tuple[dict[str, torch.Tensor], CoreState]:
-    """Validate ``inputs``, run ``torso`` on the ``[T * B, ...]`` frames, then ``head``."""
+    """Validate ``inputs``, run ``torso`` on the ``[T * B, ...]`` frames, then ``head``.
+    ``frames_last``: the frames are ``(H, W, C)`` and reach ``torso`` as ``(C, H, W)``."""
     missing = [key for key in _INPUT_KEYS if key not in inputs]
     if missing:
         raise ValueError(f"{name}.forward: inputs lack {missing}; expected keys {_INPUT_KEYS}")
@@ -173,6 +177,9 @@ def _agent_forward(
         # first, then autocast casting them to bfloat16, made three full copies of the batch.
         dtype = torch.get_autocast_dtype(frame.device.type)
     x = frame.reshape(time * batch, *observation_shape)
+    if frames_last:
+        # A view: (H, W, C) rows seen as (C, H, W) already have channels-last strides.
+        x = x.permute(0, 3, 1, 2)
     # Channels-last (NHWC) frames, like the conv weights: convolutions and their gradients
     # run ~15-30% faster that way on CPU (and use tensor cores on GPU). Converting the uint8
     # frames moves a quarter of the bytes of converting floats.
@@ -358,4 +365,75 @@ class ResNetAgent(nn.Module):
         """See the module docstring for the inputs and outputs."""
         return _agent_forward(
             "ResNetAgent", self.observation_shape, self.torso, self.head, inputs, core_state
+        )
+
+
+class MinAtarNet(nn.Module):
+    """The network of the MinAtar paper (Young & Tian 2019, "MinAtar: An Atari-inspired
+    testbed for thorough and reproducible reinforcement learning experiments"; its AC(lambda)
+    and DQN agents) for MinAtar's ``(10, 10, C)`` observations, channels last as the games
+    give them (bool frames become 0.0 / 1.0).
+
+    Torso: conv 16 3x3 stride 1 without padding + ReLU (10x10 -> 8x8), fully connected 128 +
+    ReLU. Then, as every agent here, the core and heads: the features with the clipped reward
+    and the one-hot last action, read out by the policy and baseline layers. With
+    ``use_lstm`` the core is a one-layer LSTM whose hidden size equals its input size
+    (``128 + num_actions + 1``). ``model: auto`` picks it for ``MinAtar/`` ids (docs/impala.md).
+
+    Example:
+        >>> import torch
+        >>> net = MinAtarNet((10, 10, 4), num_actions=3)
+        >>> inputs = {"frame": torch.zeros(2, 5, 10, 10, 4, dtype=torch.bool),
+        ...           "reward": torch.zeros(2, 5), "done": torch.zeros(2, 5, dtype=torch.bool),
+        ...           "last_action": torch.zeros(2, 5, dtype=torch.long)}
+        >>> outputs, _ = net(inputs)
+        >>> tuple(outputs["policy_logits"].shape), sum(p.numel() for p in net.parameters())
+        ((2, 5, 3), 132324)
+    """
+
+    conv_channels: int = 16
+    hidden_size: int = 128
+
+    def __init__(
+        self, observation_shape: Sequence[int], num_actions: int, use_lstm: bool = False
+    ) -> None:
+        super().__init__()
+        self.observation_shape = tuple(int(d) for d in observation_shape)
+        self.num_actions = int(num_actions)
+        self.use_lstm = use_lstm
+        if len(self.observation_shape) != 3:
+            raise ValueError(
+                "MinAtarNet: observation_shape must be MinAtar's channels-last (H, W, C), "
+                f"got {self.observation_shape}"
+            )
+        height, width, channels = self.observation_shape
+        convs = nn.Sequential(
+            nn.Conv2d(channels, self.conv_channels, kernel_size=3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        conv_size = _flat_size(convs, (channels, height, width), "MinAtarNet")
+        self.torso = nn.Sequential(convs, nn.Linear(conv_size, self.hidden_size), nn.ReLU())
+        core_input_size = self.hidden_size + self.num_actions + 1
+        self.head = _CoreAndHeads(
+            self.hidden_size, self.num_actions, core_input_size if use_lstm else None
+        )
+        self.to(memory_format=torch.channels_last)  # conv weights NHWC, see _agent_forward
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        """Zero recurrent state for ``batch_size`` rows (``()`` without an LSTM)."""
+        return self.head.initial_state(batch_size)
+
+    def forward(
+        self, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
+    ) -> tuple[dict[str, torch.Tensor], CoreState]:
+        """See the module docstring for the inputs and outputs."""
+        return _agent_forward(
+            "MinAtarNet",
+            self.observation_shape,
+            self.torso,
+            self.head,
+            inputs,
+            core_state,
+            frames_last=True,
         )

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from .config import ImpalaConfig
-from .envs import describe, env_constructor
+from .envs import describe, env_constructor, is_minatar_id
 from .errors import TrainingStoppedError
 from .learner import learn, make_optimizer
-from .models import AtariNet, MLPAgent, ResNetAgent
+from .models import AtariNet, MinAtarNet, MLPAgent, ResNetAgent
 
 __all__ = ["Trainer", "TrainResult", "build_model", "probe_env", "resolve_device"]
 
@@ -53,14 +53,20 @@ def probe_env(constructor: Callable[[], gymnasium.Env]) -> tuple[gymnasium.space
 
 
 def build_model(config: ImpalaConfig, observation_shape: tuple[int, ...], num_actions: int):
-    """The agent ``config.model`` names ('auto': MLP for vectors, Atari net for images)."""
+    """The agent ``config.model`` names ('auto': the MinAtar net for ``MinAtar/`` ids, MLP
+    for vectors, Atari net for other images)."""
     kind = config.model
     if kind == "auto":
-        kind = "atari" if len(observation_shape) == 3 else "mlp"
+        if is_minatar_id(config.env):
+            kind = "minatar"
+        else:
+            kind = "atari" if len(observation_shape) == 3 else "mlp"
     if kind == "mlp":
         return MLPAgent(observation_shape, num_actions, config.hidden_sizes, config.use_lstm)
     if kind == "atari":
         return AtariNet(observation_shape, num_actions, config.use_lstm)
+    if kind == "minatar":
+        return MinAtarNet(observation_shape, num_actions, config.use_lstm)
     return ResNetAgent(observation_shape, num_actions, config.use_lstm)
 
 
