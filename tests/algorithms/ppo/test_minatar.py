@@ -37,7 +37,7 @@ def test_boolean_images_are_float_inputs():
     config = make_config("minatar-breakout", num_envs=2, total_timesteps=256, num_minibatches=2)
     env = make_env(config)
     ppo = make_ppo(config, env)
-    image = env.env.reset(torch.arange(2))  # the kernel's own observation: MinAtar's boolean [10, 10, C]
+    image = env.env.reset(torch.arange(2))  # the kernel's own: boolean [10, 10, C]
     assert image.dtype == torch.bool and image.shape == (2, 10, 10, 4)
     assert ppo.obs_dim == 400
     flat = ppo._flat(image)
