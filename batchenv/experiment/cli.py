@@ -102,7 +102,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Print a complete spec for ALGORITHM, every field with its default and doc."
     )
-    parser.add_argument("algorithm", help="batchppo, impala or module:Class")
+    parser.add_argument("algorithm", help="batchppo, ppo, impala, sac, dqn or module:Class")
     parser.add_argument("--env", default=None, help="the env to write into the spec")
     parser.set_defaults(handler=spec_command)
 

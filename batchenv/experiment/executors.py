@@ -120,6 +120,9 @@ class LocalExecutor:
                     entry = active.get(event[1][0])
                     if entry is not None:
                         route_event(event, *entry, pool)
+                if not pool.busy:  # every process ended: a session never reported is lost
+                    for run, _ in active.values():
+                        run.on_lost()
                 for number in [n for n, (run, _) in active.items() if run.finished]:
                     run, optuna_trial = active.pop(number)
                     pool.cancel(number)

@@ -6,6 +6,11 @@ a session process that dies without a word becomes a ``failed`` event naming it 
 exit code, and a session past its ``session_timeout`` is killed and reported the same way.
 Nothing outlives :meth:`SessionPool.close`.
 
+A job with a ``group`` (sessions trained together as one program) is one process that
+takes ``min(len(job.members), slots)`` slots and gets that many times ``job.cpus`` cores;
+it ends when every member has reported ``done`` (or on its first ``failed``), and its
+``session_timeout`` is that of the process.
+
     >>> pool = SessionPool(slots=2)
     >>> pool.submit(job)
     >>> for event in pool.poll(timeout=0.5): ...   # ("report" | "done" | "failed", key, ...)
@@ -14,6 +19,7 @@ Nothing outlives :meth:`SessionPool.close`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -47,6 +53,9 @@ class _Running:
     process: subprocess.Popen
     connection: Connection
     started: float
+    slots: int
+    pending: set[tuple[int, int]]
+    """Members that have not reported ``done`` yet."""
 
 
 class SessionPool:
@@ -86,7 +95,10 @@ class SessionPool:
                 while connection.poll():
                     event = connection.recv()
                     events.append(event)
-                    if event[0] in ("done", "failed"):
+                    pending = self._running[key].pending
+                    if event[0] == "done":
+                        pending.discard(event[1])
+                    if event[0] == "failed" or (event[0] == "done" and not pending):
                         self._retire(key)
                         break
             except (EOFError, OSError):
@@ -116,8 +128,14 @@ class SessionPool:
     # --- helpers ----------------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
-        while self._waiting and len(self._running) < self.slots:
+        while self._waiting:
+            slots = min(len(self._waiting[0].members), self.slots)
+            used = sum(running.slots for running in self._running.values())
+            if used + slots > self.slots:
+                return
             job = self._waiting.popleft()
+            if slots > 1:  # a group: its program gets the cores of the slots it takes
+                job = dataclasses.replace(job, cpus=job.cpus * slots)
             read, write = os.pipe()
             try:
                 process = subprocess.Popen(
@@ -129,7 +147,10 @@ class SessionPool:
                 os.close(write)
             process.stdin.write(pickle.dumps((list(sys.path), job)))
             process.stdin.close()
-            self._running[job.key] = _Running(job, process, Connection(read), time.monotonic())
+            pending = {member.key for member in job.members}
+            self._running[job.key] = _Running(
+                job, process, Connection(read), time.monotonic(), slots, pending
+            )
 
     def _retire(self, key: tuple[int, int]) -> None:
         running = self._running.pop(key, None)
@@ -147,12 +168,11 @@ class SessionPool:
         except subprocess.TimeoutExpired:
             code = None
         self._stop(running)
-        job = running.job
         return (
             "failed",
             key,
             "SessionDiedError",
-            f"session {job.label} (seed {job.seed}) died with exit code {code} before it finished",
+            f"{_name(running.job)} died with exit code {code} before it finished",
             "",
         )
 
@@ -164,13 +184,12 @@ class SessionPool:
         for key, running in list(self._running.items()):
             if now - running.started > self.session_timeout:
                 self._stop(self._running.pop(key))
-                job = running.job
                 events.append(
                     (
                         "failed",
                         key,
                         "SessionTimeoutError",
-                        f"session {job.label} (seed {job.seed}) ran past "
+                        f"{_name(running.job)} ran past "
                         f"meta.session_timeout={self.session_timeout:g} s and was stopped",
                         "",
                     )
@@ -188,3 +207,11 @@ class SessionPool:
                 process.kill()
                 process.wait(_KILL_GRACE)
         running.connection.close()
+
+
+def _name(job: SessionJob) -> str:
+    """``session t0_s1 (seed 1)``, or for a group ``sessions t0_s0..s3 (seeds 0..3)``."""
+    if not job.group:
+        return f"session {job.label} (seed {job.seed})"
+    last = job.members[-1]
+    return f"sessions {job.label}..s{last.session} (seeds {job.seed}..{last.seed}, one process)"

@@ -9,9 +9,12 @@ metrics.csv, TensorBoard events, curve.png, checkpoint.pt) plus:
     session.png       return vs env steps, raw and 100-checkpoint moving average
 
 ``run_session(job)`` runs a session in this process; the trial runs each in a process of
-its own (:mod:`batchenv.experiment.pool`), which calls :func:`session_main`. Everything in
-session.json and session.png is computed from checkpoints.csv (:func:`analyze_session`),
-so ``batchenv analyze`` and ``--resume`` recompute them from the per-checkpoint data.
+its own (:mod:`batchenv.experiment.pool`), which calls :func:`session_main`. A job with a
+``group`` trains several sessions of its trial as one program (a trainer's
+``train_together``, e.g. in-graph PPO's K seeds): :func:`run_sessions` writes each
+session's folder as if it had run alone. Everything in session.json and session.png is
+computed from checkpoints.csv (:func:`analyze_session`), so ``batchenv analyze`` and
+``--resume`` recompute them from the per-checkpoint data.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "analyze_session",
     "read_checkpoints",
     "run_session",
+    "run_sessions",
     "session_main",
     "session_title",
 ]
@@ -70,10 +74,18 @@ class SessionJob:
     shared: str | None = None
     """meta.distributed: shared: the trial's shared-parameter folder
     (:class:`~batchenv.experiment.shared.SharedParameters`); None: networks of its own."""
+    group: tuple[SessionJob, ...] = ()
+    """More sessions of the same trial that this process trains together with this one, as
+    one program (the trainer's ``train_together``); each keeps its folder, seed and events."""
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.trial, self.session)
+
+    @property
+    def members(self) -> tuple[SessionJob, ...]:
+        """The sessions this job trains: itself, then its group."""
+        return (self, *self.group)
 
     @property
     def label(self) -> str:
@@ -101,17 +113,8 @@ def run_session(job: SessionJob, on_report: Callable[[int, float], None] | None 
     config = spec.make_config(job.seed)
     path = Path(job.path)
     resume = path.exists() and any(path.iterdir())
-    started = time.perf_counter()
     tracker = _tracker(spec.meta.track, job, config)
-    checkpoints = _Checkpoints(path)
-
-    def report(frame: int, total_reward: float, opt_step: int | None = None) -> None:
-        ma = checkpoints.add(frame, total_reward, opt_step, time.perf_counter() - started)
-        if tracker is not None:
-            tracker.log({"total_reward": total_reward, "total_reward_ma": ma}, step=int(frame))
-        if on_report is not None:
-            on_report(int(frame), ma)
-
+    report = _reporter(path, time.perf_counter(), tracker, on_report)
     hogwild = {}
     if job.shared is not None:  # passed only then: trainers without the argument work unshared
         from .shared import SharedParameters
@@ -131,6 +134,67 @@ def run_session(job: SessionJob, on_report: Callable[[int, float], None] | None 
         if tracker is not None:
             tracker.finish()
     return analyze_session(path, job.seed, job.random_return, job.title)
+
+
+def run_sessions(
+    job: SessionJob, on_report: Callable[[int, int, float], None] | None = None
+) -> dict[int, dict]:
+    """Train ``job.members`` in this process as one program (the trainer's
+    ``train_together``) and return each session's result by its number.
+
+    Every session gets its own folder, checkpoints.csv and metrics, as :func:`run_session`
+    would write them; ``on_report(session, frame, total_reward_ma)`` is called at each of
+    its checkpoints. The trial makes such jobs only for trainers that declare the sessions
+    trainable together (see :mod:`batchenv.experiment.trainers`); trackers other than
+    TensorBoard are not offered here (one W&B run per process).
+    """
+    spec = spec_from_dict(job.spec_name, job.spec)
+    trainer = spec.trainer()
+    members = job.members
+    configs = [spec.make_config(member.seed) for member in members]
+    paths = [Path(member.path) for member in members]
+    resume = any(path.exists() and any(path.iterdir()) for path in paths)
+    started = time.perf_counter()
+    reports = [
+        _reporter(path, started, None, _session_feed(on_report, member.session))
+        for member, path in zip(members, paths)
+    ]
+    trainer.train_together(
+        configs, paths, resume=resume, progress=job.progress, cpus=job.cpus, reports=reports
+    )
+    return {
+        member.session: analyze_session(path, member.seed, member.random_return, member.title)
+        for member, path in zip(members, paths)
+    }
+
+
+def _reporter(
+    path: Path,
+    started: float,
+    tracker: Any,
+    on_report: Callable[[int, float], None] | None,
+) -> Callable[..., None]:
+    """The ``report(frame, total_reward, opt_step=None)`` a trainer calls for one session:
+    a checkpoints.csv row, the tracker's point, then ``on_report(frame, ma)``."""
+    checkpoints = _Checkpoints(path)
+
+    def report(frame: int, total_reward: float, opt_step: int | None = None) -> None:
+        ma = checkpoints.add(frame, total_reward, opt_step, time.perf_counter() - started)
+        if tracker is not None:
+            tracker.log({"total_reward": total_reward, "total_reward_ma": ma}, step=int(frame))
+        if on_report is not None:
+            on_report(int(frame), ma)
+
+    return report
+
+
+def _session_feed(
+    on_report: Callable[[int, int, float], None] | None, session: int
+) -> Callable[[int, float], None] | None:
+    """``on_report`` of a group, bound to one of its sessions."""
+    if on_report is None:
+        return None
+    return lambda frame, ma: on_report(session, frame, ma)
 
 
 def analyze_session(path: str | os.PathLike, seed: int, random_return: float, title: str) -> dict:
@@ -172,7 +236,8 @@ def session_main() -> None:
     Reads ``(sys.path, job)`` pickled on stdin, runs the session and sends what happens on
     the pipe whose descriptor is ``sys.argv[1]``: ``("report", key, frame,
     total_reward_ma)`` at every checkpoint, then ``("done", key, result)`` or ``("failed",
-    key, type name, message, traceback text)``.
+    key, type name, message, traceback text)``. A job with a group sends each member's
+    reports and ``done`` under the member's key, and a failure under the job's key.
     """
     from multiprocessing.connection import Connection
 
@@ -183,7 +248,18 @@ def session_main() -> None:
     # Ctrl-C is the driver's to handle: it stops every session and keeps the checkpoints.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        result = run_session(job, lambda frame, ma: connection.send(("report", job.key, frame, ma)))
+        if job.group:
+            results = run_sessions(
+                job,
+                lambda session, frame, ma: connection.send(
+                    ("report", (job.trial, session), frame, ma)
+                ),
+            )
+        else:
+            result = run_session(
+                job, lambda frame, ma: connection.send(("report", job.key, frame, ma))
+            )
+            results = {job.session: result}
     except BaseException as error:  # sent to the driver, which records the trial as failed
         connection.send(
             ("failed", job.key, type(error).__name__, str(error), traceback.format_exc())
@@ -192,7 +268,8 @@ def session_main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    connection.send(("done", job.key, result))
+    for session, result in results.items():
+        connection.send(("done", (job.trial, session), result))
     connection.close()
 
 

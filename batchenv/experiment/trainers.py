@@ -1,8 +1,8 @@
 """The small protocol an algorithm follows to run as a session of an experiment.
 
-``algorithm: batchppo`` and ``algorithm: impala`` in a spec load the ``session`` module of
-that package of ``batchenv.algorithms``; ``algorithm: my_package.module:MyTrainer`` loads a
-researcher's own class. Either way the object has:
+``algorithm: batchppo``, ``ppo``, ``impala``, ``sac`` or ``dqn`` in a spec load the
+``session`` module of that package of ``batchenv.algorithms``; ``algorithm:
+my_package.module:MyTrainer`` loads a researcher's own class. Either way the object has:
 
 ``config_class``
     a dataclass of the algorithm's settings; a spec's ``config`` keys are its fields,
@@ -40,6 +40,14 @@ researcher's own class. Either way the object has:
     :class:`~batchenv.experiment.shared.SharedParameters`: after building (and, resuming,
     restoring) its networks, it calls ``shared.attach({name: module})`` with the networks
     its optimisers train, so that every session of the trial trains the same ones.
+``can_train_together(configs) -> bool`` and ``train_together(configs, run_dirs, *, resume,
+progress, cpus, reports) -> None`` (optional, both)
+    declare that sessions whose configs pass ``can_train_together`` (in-graph PPO: equal
+    but for consecutive seeds) train as one program in one process: ``train_together``
+    trains ``configs[i]`` into ``run_dirs[i]`` and calls ``reports[i]`` at its
+    checkpoints, writing each folder as ``train`` would. The trial uses it for the
+    sessions it still has to run (not with ``meta.distributed: shared`` or ``track:
+    wandb``); those get ``cpus`` times the slots they take of the CPU budget.
 
     >>> trainer = load_trainer("batchppo")
     >>> config = trainer.make_config("batchenv.kernels:CartPole", {}, steps=20_000, seed=0,
@@ -59,7 +67,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["BUILTIN", "Report", "Trainer", "load_trainer", "shared_algorithms"]
 
 #: Algorithms of ``batchenv.algorithms`` that ship a ``session`` module.
-BUILTIN = ("batchppo", "impala", "sac", "dqn")
+BUILTIN = ("batchppo", "impala", "sac", "dqn", "ppo")
 
 Report = Callable[..., None]
 """``report(frame, total_reward, opt_step=None)``: one evaluation checkpoint."""

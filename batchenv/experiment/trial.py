@@ -8,10 +8,16 @@ are NaN and why) and ``trial.png`` (mean return ± 1 std over sessions). A
 an interrupted trial are not rerun: their metrics are recomputed from their
 checkpoints.csv. :func:`analyze_trial` recomputes a finished trial folder the same way
 (``batchenv analyze``).
+
+When the trainer can train sessions together (``can_train_together``, e.g. in-graph PPO:
+configs equal but for consecutive seeds), the sessions still to run become one job, one
+process and one K-seed program, which writes every session's folder as if it had run
+alone (see :mod:`batchenv.experiment.trainers`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -104,7 +110,8 @@ class TrialRun:
         """The sessions still to run (finished ones are read back from their folders).
 
         With meta.distributed: shared, their networks live in a shared-memory folder made
-        here and removed by :meth:`close` (which :meth:`result` calls).
+        here and removed by :meth:`close` (which :meth:`result` calls). Sessions the trainer
+        can train together come back as one job with a ``group``.
         """
         self.path.mkdir(parents=True, exist_ok=True)
         if self.spec.meta.distributed == "shared" and self.shared is None:
@@ -133,7 +140,17 @@ class TrialRun:
                 )
             )
         self._write("running")
-        return jobs
+        return self._together(jobs)
+
+    def _together(self, jobs: list[SessionJob]) -> list[SessionJob]:
+        """``jobs`` as one job when the trainer trains their configs as one program."""
+        if len(jobs) < 2 or self.shared is not None or self.spec.meta.track != "tensorboard":
+            return jobs
+        trainer = self.spec.trainer()
+        can = getattr(trainer, "can_train_together", None)
+        if can is None or not can([self.spec.make_config(job.seed) for job in jobs]):
+            return jobs
+        return [dataclasses.replace(jobs[0], group=tuple(jobs[1:]))]
 
     @property
     def seeds(self) -> list[int]:
@@ -156,6 +173,16 @@ class TrialRun:
         if remote:
             error.__cause__ = _RemoteTraceback(remote)
         self.error = error
+
+    def on_lost(self) -> None:
+        """Fail the trial when its sessions' processes have all ended and one of them never
+        reported that session done (rather than waiting for it forever)."""
+        if self.finished:
+            return
+        session = min(set(range(self.spec.meta.sessions)) - set(self.results))
+        self.on_failed(
+            session, "SessionLostError", "its process ended without reporting it done", ""
+        )
 
     def close(self) -> None:
         """Remove the shared-parameter folder, if any (its sessions must have ended)."""
