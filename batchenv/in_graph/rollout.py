@@ -41,7 +41,7 @@ import linecache
 import traceback
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -185,12 +185,14 @@ def _program(
         return entry[1]
     code = _steps.__code__.replace(co_name=f"_steps_{len(programs)}")
     function = types.FunctionType(code, _steps.__globals__, code.co_name)
-    program = compile_program(function, batch.device)
+    program = compile_program(function, batch.device, getattr(batch.env, "compile_options", None))
     programs[key] = (weakref.ref(algo), program)
     return program
 
 
-def compile_program(function: Callable, device: torch.device | str) -> Callable:
+def compile_program(
+    function: Callable, device: torch.device | str, env_options: Mapping[str, Any] | None = None
+) -> Callable:
     """``torch.compile`` as rollout() and PPO's update use it: one graph, tensor-only guards.
 
     Guards check tensors only (their shapes, dtypes and devices): checking every Python
@@ -198,6 +200,7 @@ def compile_program(function: Callable, device: torch.device | str) -> Callable:
     jax.jit, the program keeps the Python values (config numbers, flags) it was traced with.
     On a CPU the program's wrapper is C++ (Inductor's ``cpp_wrapper``): a PPO step calls
     ~25 kernels and allocates ~20 buffers, which the Python wrapper did at ~1 us each.
+    ``env_options`` (an env's ``compile_options``) are Inductor options added last.
     """
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if torch.device(device).type == "cpu":
@@ -205,6 +208,7 @@ def compile_program(function: Callable, device: torch.device | str) -> Callable:
         # tanh as 2 / (1 + exp(-2x)) - 1: Sleef's 1-ulp tanh took 2 ns an element, a fifth
         # of a PPO minibatch step; this one is within ~1e-7 of it (absolute).
         options["cpp.use_decompose_tanh"] = True
+    options.update(env_options or {})  # e.g. MinAtar's games turn CPU vectorisation off
     return torch.compile(function, fullgraph=True, dynamic=False, options=options)
 
 
