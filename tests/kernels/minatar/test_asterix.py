@@ -7,10 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from batchenv.in_graph.algorithm import RandomAlgorithm
-from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
-from batchenv.in_graph.rollout import rollout
-from batchenv.in_graph.simulate import simulate
 from batchenv.kernels.minatar import Asterix
 from batchenv.kernels.minatar.consistency import check_minatar
 from tests.kernels.minatar.play import cells, play, step
@@ -192,22 +188,3 @@ def test_same_seed_same_game_other_seed_another():
     first, again, other = run(1), run(1), run(2)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
-
-
-@pytest.mark.slow
-def test_compiled_rollout_has_no_graph_break_and_equals_simulate():
-    runs = []
-    for compiled in (True, False):
-        env = InGraphBatchEnv(Asterix(64, seed=0))
-        algo = RandomAlgorithm(
-            env.single_action_space, seed=0, observation_space=env.single_observation_space
-        )
-        if compiled:  # fullgraph=True: a graph break raises GraphBreakError
-            done, score, _ = rollout(env, algo, steps=16, unroll=1)
-        else:
-            calls = [simulate(env, algo) for _ in range(16)]
-            done, score = torch.stack([c[0] for c in calls]), torch.stack([c[1] for c in calls])
-        runs.append((done, score, env.env.get_state()))
-    (done_a, score_a, state_a), (done_b, score_b, state_b) = runs
-    assert torch.equal(done_a, done_b) and torch.equal(score_a, score_b)
-    assert all(torch.equal(state_a[key], state_b[key]) for key in state_a)

@@ -10,7 +10,7 @@ from torch._dynamo.utils import counters
 from batchenv.in_graph.algorithm import RandomAlgorithm
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.rollout import rollout
-from batchenv.kernels.minatar import Breakout, Freeway
+from batchenv.kernels.minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
 
 
 @pytest.fixture
@@ -35,6 +35,9 @@ def run(game, compiled: bool):
     [
         pytest.param(Breakout, id="breakout"),
         pytest.param(Freeway, id="freeway", marks=pytest.mark.slow),
+        pytest.param(Asterix, id="asterix", marks=pytest.mark.slow),
+        pytest.param(Seaquest, id="seaquest", marks=pytest.mark.slow),
+        pytest.param(SpaceInvaders, id="space_invaders", marks=pytest.mark.slow),
     ],
 )
 def test_compiled_rollout_has_no_graph_break_and_equals_eager(game, fresh_dynamo):
