@@ -1,4 +1,5 @@
-"""Argument checks shared by the batched envs of batchenv.kernels (classic control, Tag).
+"""Argument checks shared by the batched envs of batchenv.kernels (classic control, Tag,
+MinAtar).
 
 They read shapes and dtypes only (static under ``torch.compile``, no host sync) and raise
 ValueError naming the env class, the method and what was expected.
@@ -16,6 +17,16 @@ def describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"{value.dtype} {tuple(value.shape)}"
     return type(value).__name__
+
+
+def is_integer_tensor(value: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``value`` is a tensor of ``shape`` with an integer dtype (bool is not one)."""
+    return (
+        isinstance(value, torch.Tensor)
+        and tuple(value.shape) == shape
+        and not value.dtype.is_floating_point
+        and value.dtype != torch.bool
+    )
 
 
 def check_indices(env: Any, indices: Any, method: str) -> torch.Tensor:

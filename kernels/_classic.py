@@ -77,7 +77,7 @@ class ClassicControlEnv(KernelEnv):
         self.draws = self.state_dim
         # Fresh space objects per env: gymnasium spaces carry their own sampling RNG.
         self.single_observation_space, self.single_action_space = self._make_spaces()
-        self._setup(num_envs, device, seed, backend, (self.state_dim,), dtype)
+        self._setup(num_envs, device, seed, backend, ((self.state_dim,), dtype))
 
     def __repr__(self) -> str:
         return (

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ._base import KernelEnv
-from ._checks import describe
+from ._checks import describe, is_integer_tensor
 from ._triton import STREAM_RESET, philox4x32, tl, triton, uniform_from_bits
 
 
@@ -66,8 +66,8 @@ class TagEnvBase(KernelEnv):
         self.agent_shape = (self.num_agents,)
         self.max_episode_steps = self.episode_length
         self.draws = self.num_agents * self.draws_per_agent
-        state_shape = (self.num_agents, self.state_dim)
-        self._setup(num_envs, device, seed, backend, state_shape, self.state_dtype)
+        layout = ((self.num_agents, self.state_dim), self.state_dtype)
+        self._setup(num_envs, device, seed, backend, layout)
 
     def __repr__(self) -> str:
         return (
@@ -85,12 +85,7 @@ class TagEnvBase(KernelEnv):
     def _check_action(self, action: torch.Tensor) -> None:
         # Shape and dtype only: static under torch.compile, no host sync.
         expected = (self.num_envs, self.num_agents, *self.single_action_space.shape)
-        if (
-            not isinstance(action, torch.Tensor)
-            or tuple(action.shape) != expected
-            or action.dtype.is_floating_point
-            or action.dtype == torch.bool
-        ):
+        if not is_integer_tensor(action, expected):
             raise ValueError(
                 f"{type(self).__name__}.step: action must be an integer tensor of shape "
                 f"{expected} (envs, agents{', 2' if len(expected) == 3 else ''}), "

@@ -20,11 +20,14 @@ value, so a compiled rollout has no graph break):
 - ``state_from_reference(game) -> {name: value}`` (static): a ``minatar`` game object's state
   as one row of ``fields`` (the consistency checker loads it with ``set_state``).
 
-The base does the rest, as ``minatar.Environment`` does around ``Env.act``: the sticky action
+The base does what ``minatar.Environment`` does around ``Env.act``: the sticky action
 (``rand() < sticky_action_prob`` keeps the previous action, drawn before the game's step and
-also on terminal rows), the frozen terminal rows (reward 0, state kept), the action sets,
-seeding, ``reset``/``reset_where``/``step(reset_mask=...)``, ``get_state``/``set_state``.
-``last_action`` (a full-set id) is kept across resets, as the reference keeps it.
+also on terminal rows), the frozen terminal rows (reward 0, state kept) and the action sets.
+``last_action`` (a full-set id) is kept across resets, as the reference keeps it. The rest
+(argument checks, seeding, ``reset``/``reset_where``/``step(reset_mask=...)``,
+``get_state``/``set_state``) is ``KernelEnv``'s (``kernels/_base.py``), the scaffold of every
+kernel env: here its ``state`` is a dict of the game's ``fields``, ``terminal`` and
+``last_action``, and its ``elapsed`` is int64.
 
 Random draws. Every draw is a float uniform in [0, 1) that the game turns into its event
 (``u < p`` for ``rand() < p``, ``lo + floor(u * (hi - lo))`` for ``randint(lo, hi)``). By
@@ -38,18 +41,15 @@ caller instead: ``{name: [rows, count]}``, any float dtype, the step's including
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
-from batchenv.in_graph.counter_rng import counter_uniform, make_key
-
-from .._checks import check_indices, check_reset_mask, describe
+from .._base import KernelEnv, rows_where
+from .._checks import check_indices, describe, is_integer_tensor
 
 #: MinAtar's full action set, in its order (``Env.action_map``).
 NOOP, LEFT, UP, RIGHT, DOWN, FIRE = range(6)
@@ -76,11 +76,10 @@ STICKY = Draw("sticky", 1, "Environment.act")  # the wrapper's rand() < sticky_a
 _BASE_FIELDS = {
     "terminal": ((), torch.bool),
     "last_action": ((), torch.int64),  # full-set id of the action taken last (sticky actions)
-    "elapsed": ((), torch.int64),  # steps since the row's fresh start (for max_episode_steps)
 }
 
 
-class MinAtarEnv:
+class MinAtarEnv(KernelEnv):
     """A batch of ``num_envs`` copies of one MinAtar game; see the module docstring.
 
     Args:
@@ -102,6 +101,9 @@ class MinAtarEnv:
     fields: dict[str, tuple[tuple[int, ...], torch.dtype]]
     reset_draws: tuple[Draw, ...] = ()
     step_draws: tuple[Draw, ...] = ()
+    seed_blocks = True
+    random_steps = True  # the sticky action, and the games' own events
+    elapsed_dtype = torch.int64
     #: Inductor options for a compiled rollout of this env (batchenv.in_graph.rollout reads
     #: them). No CPU vectorisation: the games' 10-wide rows became masked 16-lane vector
     #: loads and stores, which made a compiled Breakout step 4x slower than eager (34 ms at
@@ -121,13 +123,6 @@ class MinAtarEnv:
         max_episode_steps: int | None = None,
     ) -> None:
         name = type(self).__name__
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"{name}(num_envs={num_envs!r}): num_envs must be an int >= 1")
-        if backend != "torch":
-            raise NotImplementedError(
-                f"{name}(backend={backend!r}): MinAtar has no Triton backend yet; use "
-                "backend='torch' (it runs on any device)"
-            )
         if not 0.0 <= float(sticky_action_prob) <= 1.0:
             raise ValueError(
                 f"{name}(sticky_action_prob={sticky_action_prob!r}): must be in [0, 1]"
@@ -140,47 +135,17 @@ class MinAtarEnv:
             raise ValueError(
                 f"{name}(max_episode_steps={max_episode_steps!r}): must be None or an int >= 1"
             )
-        self._block: int | None = None  # rows per seed when seeded per block
-        if isinstance(seed, (list, tuple)):
-            if (
-                not seed
-                or any(isinstance(s, bool) or not isinstance(s, int) for s in seed)
-                or num_envs % len(seed)
-            ):
-                raise ValueError(
-                    f"{name}(seed={seed!r}): a list of seeds needs ints and num_envs "
-                    "divisible by their number"
-                )
-            self._block = num_envs // len(seed)
-            seed = list(seed)
-        elif seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"{name}(seed={seed!r}): seed must be an int, a list of ints or None")
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.backend = backend
         self.minimal_action_set = bool(minimal_action_set)
         self.sticky_action_prob = float(sticky_action_prob)
         self.ramping = bool(difficulty_ramping)
         self.max_episode_steps = max_episode_steps
-        actions = self.minimal_actions if self.minimal_action_set else tuple(range(6))
-        self._action_table = torch.tensor(actions, dtype=torch.int64, device=self.device)
         self.single_observation_space = gym.spaces.Box(
             0.0, 1.0, shape=(SIZE, SIZE, len(self.channels)), dtype=bool
         )
-        self.single_action_space = gym.spaces.Discrete(len(actions))
-        self._all_fields = {**self.fields, **_BASE_FIELDS}
+        self.single_action_space = gym.spaces.Discrete(len(self._actions()))
         self._draws = (*self.reset_draws, STICKY, *self.step_draws)  # one event's columns
-        self._width = sum(d.count for d in self._draws)
-        # Normal tensors even under torch.inference_mode(): they are written in place.
-        with torch.inference_mode(False):
-            self._seed = secrets.randbits(64) if seed is None else seed
-            self._key = self._make_key(self._seed)
-            self._events = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-            self.state = {
-                key: torch.zeros((num_envs, *shape), dtype=dtype, device=self.device)
-                for key, (shape, dtype) in self._all_fields.items()
-            }
-            self.reset_where(torch.ones(num_envs, dtype=torch.bool, device=self.device))
+        self.draws = sum(d.count for d in self._draws)
+        self._setup(num_envs, device, seed, backend, {**self.fields, **_BASE_FIELDS})
 
     def __repr__(self) -> str:
         actions = "minimal" if self.minimal_action_set else "full"
@@ -190,7 +155,7 @@ class MinAtarEnv:
             f"difficulty_ramping={self.ramping})"
         )
 
-    # -- the InGraphEnv protocol ---------------------------------------------------------
+    # -- reset and step with the caller's draws (the consistency checker's way in) ---------
 
     def reset(
         self, indices: torch.Tensor, draws: dict[str, torch.Tensor] | None = None
@@ -200,28 +165,11 @@ class MinAtarEnv:
         ``draws`` (``{name: [K, count]}`` for each of ``reset_draws``) replaces the rows'
         own random draws. ``last_action`` is kept, as MinAtar keeps it.
         """
-        indices = check_indices(self, indices, "reset")
         if draws is None:
-            draws = self._uniforms(indices)
-        else:
-            draws = self._check_draws(draws, self.reset_draws, len(indices), "reset")
-        self._events.index_add_(0, indices, torch.ones_like(indices))
-        fresh = self._fresh(self._initial(len(indices), draws), self.state["last_action"][indices])
-        for key, value in fresh.items():
-            self.state[key].index_copy_(0, indices, value)
-        return self._observe(fresh)
-
-    def reset_where(self, mask: torch.Tensor) -> torch.Tensor:
-        """Start the rows where ``mask`` (bool ``[N]``) is set afresh; return every row's
-        observation. The traceable :meth:`reset` that ``rollout()`` calls every step."""
-        mask = check_reset_mask(self, mask)
-        fresh = self._fresh(
-            self._initial(self.num_envs, self._uniforms(None)), self.state["last_action"]
-        )
-        self._events.add_(mask.to(torch.int64))
-        state = _where(mask, fresh, self.state)
-        self._write(state)
-        return self._observe(state)
+            return super().reset(indices)
+        indices = check_indices(self, indices, "reset")
+        draws = self._check_draws(draws, self.reset_draws, len(indices), "reset")
+        return self._reset_rows(indices, draws)
 
     def step(
         self,
@@ -234,88 +182,14 @@ class MinAtarEnv:
         ``observ`` is bool ``[N, 10, 10, C]``, ``reward`` float32 ``[N]``, the flags bool
         ``[N]``. A terminal row stays as it is (reward 0, terminated) until it is reset.
         ``reset_mask`` (bool ``[N]``) starts the marked rows afresh *instead* of stepping
-        them (reward 0, flags False), as ``ClassicControlEnv.step`` does. ``draws``
+        them (reward 0, flags False), as ``KernelEnv.step`` does. ``draws``
         (``{"sticky": [N, 1], name: [N, count] for each of step_draws}``) replaces the
         step's own random draws (the consistency checker's way in).
         """
-        self._check_action(action)
-        if reset_mask is not None:
-            reset_mask = check_reset_mask(self, reset_mask)
-        own = self._uniforms(None)
+        action, reset_mask = self._step_arguments(action, reset_mask)
         if draws is not None:
             draws = self._check_draws(draws, (STICKY, *self.step_draws), self.num_envs, "step")
-        else:
-            draws = own
-        state = self.state
-        action = self._action_table[action.to(self.device)]
-        action = torch.where(
-            draws["sticky"][:, 0] < self.sticky_action_prob, state["last_action"], action
-        )
-        game = {key: state[key] for key in self.fields}
-        moved, reward, terminal = self._act(game, action, draws)
-        frozen = state["terminal"]  # MinAtar's act returns (0, True) at once for these rows
-        new = _where(frozen, game, moved)
-        new["terminal"] = frozen | terminal
-        new["last_action"] = action
-        new["elapsed"] = state["elapsed"] + 1
-        reward = torch.where(frozen, 0.0, reward.to(torch.float32))
-        self._events.add_(1)
-        if reset_mask is not None:
-            fresh = self._fresh(self._initial(self.num_envs, own), state["last_action"])
-            new = _where(reset_mask, fresh, new)
-            reward = torch.where(reset_mask, 0.0, reward)
-        self._write(new)
-        if self.max_episode_steps is None:
-            truncated = torch.zeros_like(new["terminal"])
-        else:
-            truncated = new["elapsed"] >= self.max_episode_steps
-        return self._observe(new), reward, new["terminal"], truncated
-
-    def seed(self, seed: int) -> None:
-        """Re-key the draws: from now on they are those of a new env built with ``seed``
-        (the current states are kept; reset rows to start them afresh)."""
-        if self._block is not None:
-            raise TypeError(
-                f"{type(self).__name__}.seed: this env is seeded per block of rows; build a "
-                "new one with seed=[...] instead"
-            )
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {seed!r}")
-        self._seed = seed
-        self._key = self._make_key(seed)
-        self._events.zero_()
-
-    # -- state access (tests, the consistency checker, checkpointing) --------------------
-
-    def get_state(self) -> dict[str, torch.Tensor]:
-        """Clones of every state tensor: the game's ``fields`` and ``terminal``,
-        ``last_action``, ``elapsed``, each ``[N, ...]``."""
-        return {key: value.clone() for key, value in self.state.items()}
-
-    def set_state(self, state: dict[str, Any], indices: torch.Tensor | None = None) -> None:
-        """Overwrite rows ``indices`` (all when None) with ``state`` (``{name: [K, ...]}``,
-        any subset of :meth:`get_state`'s keys; values cast to the field's dtype)."""
-        name = type(self).__name__
-        unknown = set(state) - set(self.state)
-        if unknown:
-            raise ValueError(
-                f"{name}.set_state: unknown keys {sorted(unknown)}; expected some of "
-                f"{sorted(self.state)}"
-            )
-        if indices is None:
-            indices = torch.arange(self.num_envs, device=self.device)
-        else:
-            indices = check_indices(self, indices, "set_state")
-        for key, value in state.items():
-            shape, dtype = self._all_fields[key]
-            rows = torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
-            rows = rows.to(self.device, dtype)
-            if tuple(rows.shape) != (len(indices), *shape):
-                raise ValueError(
-                    f"{name}.set_state: {key!r} has shape {tuple(rows.shape)}, expected "
-                    f"{(len(indices), *shape)}"
-                )
-            self.state[key].index_copy_(0, indices, rows)
+        return self._torch_step(action, reset_mask, draws)
 
     # -- hooks for the game modules --------------------------------------------------------
 
@@ -339,36 +213,54 @@ class MinAtarEnv:
         """A ``minatar.environments.<game>.Env`` object's state as one row of ``fields``."""
         raise NotImplementedError
 
-    # -- helpers ---------------------------------------------------------------------------
+    # -- KernelEnv's callers of the hooks, for the games' hooks ----------------------------
 
-    def _fresh(
-        self, game: dict[str, torch.Tensor], last_action: torch.Tensor
+    def _prepare(self) -> None:
+        self._action_table = torch.tensor(self._actions(), dtype=torch.int64, device=self.device)
+
+    def _fresh_state(
+        self, rows: torch.Tensor, u: dict[str, torch.Tensor]
     ) -> dict[str, torch.Tensor]:
-        """A fresh start's full state (the base fields added)."""
-        fresh = dict(game)
+        # A fresh start's full state: the game's, the row's last action kept, not terminal.
+        fresh = dict(self._initial(len(rows), u))
+        last_action = self.state["last_action"][rows]
         fresh["terminal"] = torch.zeros_like(last_action, dtype=torch.bool)
         fresh["last_action"] = last_action
-        fresh["elapsed"] = torch.zeros_like(last_action)
         return fresh
 
-    def _write(self, state: dict[str, torch.Tensor]) -> None:
-        # In place, as in _classic.py: a compiled step allocates no state tensors.
-        for key, value in state.items():
-            self.state[key].copy_(value)
+    def _advance(
+        self,
+        state: dict[str, torch.Tensor],
+        action: torch.Tensor,
+        elapsed: torch.Tensor,
+        u: dict[str, torch.Tensor],
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        # MinAtar's Environment.act around the game's: the sticky action (drawn on terminal
+        # rows too), then the game's step of the rows that are not terminal yet.
+        action = self._action_table[action]
+        action = torch.where(
+            u["sticky"][:, 0] < self.sticky_action_prob, state["last_action"], action
+        )
+        game = {key: state[key] for key in self.fields}
+        moved, reward, terminal = self._act(game, action, u)
+        frozen = state["terminal"]  # MinAtar's act returns (0, True) at once for these rows
+        new = rows_where(frozen, game, moved)
+        new["terminal"] = frozen | terminal
+        new["last_action"] = action
+        return new, torch.where(frozen, 0.0, reward.to(torch.float32)), new["terminal"]
 
-    def _uniforms(self, rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """The next draw event of ``rows`` (every row when None): ``{name: [K, count]}``.
+    def _observation(self, state: dict[str, torch.Tensor], elapsed: torch.Tensor) -> torch.Tensor:
+        return self._observe(state)
 
-        The caller advances ``_events`` of the rows whose event it used.
-        """
-        if rows is None:
-            rows = torch.arange(self.num_envs, device=self.device)
-        if self._block is None:
-            u = counter_uniform(self._key, rows, self._events[rows], self._width)
-        else:  # row r of block b draws what row r of a lone env seeded seed[b] draws
-            u = counter_uniform(
-                self._key[rows], rows % self._block, self._events[rows], self._width
-            )
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _actions(self) -> tuple[int, ...]:
+        """The full-set ids of the env's actions, in order."""
+        return self.minimal_actions if self.minimal_action_set else tuple(range(6))
+
+    def _uniforms(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The next draw event of ``rows`` by name: ``{name: [K, count]}``."""
+        u = super()._uniforms(rows)
         draws, start = {}, 0
         for draw in self._draws:
             draws[draw.name] = u[:, start : start + draw.count]
@@ -395,36 +287,14 @@ class MinAtarEnv:
             checked[draw.name] = value
         return checked
 
-    def _make_key(self, seed: int | list[int]) -> torch.Tensor:
-        if self._block is None:
-            return make_key(seed, self.device)
-        keys = torch.stack([make_key(s, self.device) for s in seed])
-        return keys.repeat_interleave(self._block)
-
     def _check_action(self, action: Any) -> None:
         # Shape and dtype only: static under torch.compile, no host sync.
-        if (
-            not isinstance(action, torch.Tensor)
-            or tuple(action.shape) != (self.num_envs,)
-            or action.dtype.is_floating_point
-            or action.dtype == torch.bool
-        ):
+        if not is_integer_tensor(action, (self.num_envs,)):
             raise ValueError(
                 f"{type(self).__name__}.step: action must be an int64 tensor of shape "
                 f"({self.num_envs},) with values in [0, {self.single_action_space.n}), "
                 f"got {describe(action)}"
             )
-
-
-def _where(
-    mask: torch.Tensor, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    """Per row: ``a`` where ``mask`` (bool ``[K]``) is set, else ``b``; keys of ``b``."""
-    out = {}
-    for key, value in b.items():
-        m = mask.reshape(mask.shape[0], *([1] * (value.dim() - 1)))
-        out[key] = torch.where(m, a[key], value)
-    return out
 
 
 # -- grid helpers for the games' tensor code ---------------------------------------------------
