@@ -95,6 +95,9 @@ class PPO(Algorithm):
         self.draws = torch.zeros((), dtype=torch.int64, device=self.device)
         self.num_updates = num_updates or config.num_updates
         self.updates_done = 0
+        # The same count on the device, for the learning-rate anneal: a CUDA graph of an update
+        # (CudaGraphLoop) replays device work only, so what the kernels read must live there.
+        self.update_index = torch.zeros((), dtype=torch.float64, device=self.device)
         self._make_buffers()
         self._compiled: dict[str, Any] = {}
 
@@ -236,12 +239,7 @@ class PPO(Algorithm):
     def update(self) -> dict[str, torch.Tensor]:
         """Epochs of minibatch steps on the full buffer; returns the mean loss terms ``[K]``."""
         config = self.config
-        if self.updates_done >= self.num_updates:
-            frac = 0.0
-        else:
-            frac = 1.0 - self.updates_done / self.num_updates
-        lr = config.learning_rate * (frac if config.anneal_lr else 1.0)
-        lr = torch.tensor(lr, dtype=torch.float32, device=self.device)
+        lr = self._learning_rate()
         prepare = self._program("prepare", _prepare)
         step = self._program("step", _minibatch_step)
         data, orders = prepare(self, self.buffer, self.draws)
@@ -257,7 +255,21 @@ class PPO(Algorithm):
                 steps.append(terms)
         self.t = torch.zeros_like(self.t)
         self.updates_done += 1
+        self.update_index = self.update_index + 1
         return {name: torch.stack([terms[name] for terms in steps]).mean(0) for name in steps[0]}
+
+    def _learning_rate(self) -> torch.Tensor:
+        """The step size of this update, float32 on the device.
+
+        ``lr * (1 - updates / num_updates)``, 0 once the anneal is over, computed in float64 as
+        Python would and rounded once, so it is the same number on every device.
+        """
+        rate = self.config.learning_rate
+        if not self.config.anneal_lr:
+            return torch.full((), rate, dtype=torch.float32, device=self.device)
+        frac = 1.0 - self.update_index / self.num_updates
+        frac = torch.where(self.update_index >= self.num_updates, 0.0, frac)
+        return (rate * frac).to(torch.float32)
 
     def _program(self, name: str, function):
         if not self.config.compile:
@@ -284,6 +296,9 @@ class PPO(Algorithm):
         self.opt_state = {k: v.to(self.device) for k, v in state["opt_state"].items()}
         self.draws = state["draws"].to(self.device)
         self.updates_done = int(state["updates_done"])
+        self.update_index = torch.full(
+            (), float(self.updates_done), dtype=torch.float64, device=self.device
+        )
         self.ret_mean, self.ret_var = state["ret_mean"], state["ret_var"]
         self.ret_count = state["ret_count"]
 

@@ -76,6 +76,9 @@ class PPOConfig:
     """Steps per compiled rollout program; 0 picks the default (see rollout())."""
     device: str = "cpu"
     """Where envs and networks live."""
+    cuda_graph: bool = True
+    """On a CUDA device, record one update (rollout and minibatches) as a CUDA graph after
+    three eager ones and replay it (batchenv.in_graph.cuda_graph); no effect on a CPU."""
     torch_threads: int = 0
     """torch.set_num_threads; 0 leaves torch's default."""
     log_every: int = 10

@@ -4,6 +4,8 @@
         rollout(env, ppo, steps=num_steps)   # T compiled steps of the four methods
         ppo.update()                          # compiled epochs of minibatch steps
 
+On a CUDA device each update is, from the fourth on, one CUDA graph replay (CudaGraphLoop).
+
 K seeds (``config.seeds``) train as one program: the env is a StackedEnv of K blocks
 (block k seeded ``seed + k``) and PPO holds K parameter sets (docs/ppo.md).
 
@@ -15,11 +17,13 @@ K seeds (``config.seeds``) train as one program: the env is a StackedEnv of K bl
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from batchenv.in_graph.cuda_graph import CudaGraphLoop, GraphCaptureError
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.rollout import rollout
 from batchenv.in_graph.stacked_env import StackedEnv
@@ -129,6 +133,29 @@ def make_ppo(config: PPOConfig, env: InGraphBatchEnv) -> PPO:
     )
 
 
+Iteration = Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def make_iteration(config: PPOConfig, env: InGraphBatchEnv, ppo: PPO) -> Iteration:
+    """One update: a rollout of ``num_steps``, the minibatch epochs; returns the mean return
+    per agent of the episodes finished (see ``PPO.episode_stats``) and the loss terms."""
+    unroll = config.unroll or None
+
+    def iteration() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        rollout(env, ppo, steps=config.num_steps, unroll=unroll, compile=config.compile)
+        terms = ppo.update()
+        return ppo.episode_stats(), terms
+
+    return iteration
+
+
+def graphed(iteration: Iteration, env: InGraphBatchEnv, ppo: PPO, backend=None) -> Iteration:
+    """``iteration`` replayed as a CUDA graph (all of PPO's state is under ``env`` and ``ppo``;
+    ``updates_done`` only counts: the anneal reads ``update_index`` on the device)."""
+    roots = {"env": env, "ppo": ppo}
+    return CudaGraphLoop(iteration, roots, counters=("ppo.updates_done",), backend=backend)
+
+
 def train(
     config: PPOConfig,
     on_update: Callable[[int, torch.Tensor, dict[str, torch.Tensor]], None] | None = None,
@@ -139,15 +166,24 @@ def train(
         torch.set_num_threads(config.torch_threads)
     env = make_env(config)
     ppo = make_ppo(config, env)
-    unroll = config.unroll or None
+    iteration = make_iteration(config, env, ppo)
+    step = iteration
+    if config.cuda_graph and config.compile and ppo.device.type == "cuda":
+        step = graphed(iteration, env, ppo)
     returns, losses = [], {}
     started = time.perf_counter()
     first_update = 0.0
     for update in range(config.num_updates):
         tic = time.perf_counter()
-        rollout(env, ppo, steps=config.num_steps, unroll=unroll, compile=config.compile)
-        terms = ppo.update()
-        update_returns = ppo.episode_stats()
+        try:
+            update_returns, terms = step()
+        except GraphCaptureError as error:  # nothing of this update ran: run it eagerly
+            warnings.warn(f"PPO runs without a CUDA graph: {error}", stacklevel=2)
+            step = iteration
+            update_returns, terms = step()
+        if step is not iteration:  # the graph's outputs are overwritten by the next replay
+            update_returns = update_returns.clone()
+            terms = {name: value.clone() for name, value in terms.items()}
         returns.append(update_returns)
         for name, value in terms.items():
             losses.setdefault(name, []).append(value.detach())
