@@ -166,10 +166,9 @@ class PPOTrainer:
         ``len(configs)`` seeds; session k writes ``run_dirs[k]`` and calls ``reports[k]``."""
         import torch
 
-        from batchenv.in_graph.rollout import rollout
         from batchenv.run_dir import RunDirectory
 
-        from .train import make_env, make_ppo
+        from .train import Updates, make_env, make_ppo
 
         run_dirs = [Path(path) for path in run_dirs]
         if resume:  # no mid-run checkpoint: a cut-short session starts over, same seeds
@@ -181,6 +180,7 @@ class PPOTrainer:
         torch.set_num_threads(threads)
         env = make_env(program)
         ppo = make_ppo(program, env)
+        one_update = Updates(program, env, ppo)
         lone = [dataclasses.replace(config, torch_threads=threads) for config in configs]
         runs = [
             RunDirectory(path, "ppo", config, seed=config.seed, env_id=config.env_id)
@@ -195,15 +195,8 @@ class PPOTrainer:
         bar = _progress_bar(program.num_updates) if progress else None
         try:
             for update in range(program.num_updates):
-                done, score, _ = rollout(
-                    env,
-                    ppo,
-                    steps=program.num_steps,
-                    unroll=program.unroll or None,
-                    compile=program.compile,
-                )
-                terms = ppo.update()
-                returns = ppo.episode_stats().cpu()
+                returns, terms, done, score = one_update()
+                returns = returns.cpu()
                 done, score = _per_seed(done, score, count)
                 end = (update + 1) * program.batch_size
                 for k in range(count):

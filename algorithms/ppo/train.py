@@ -20,6 +20,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -133,27 +134,60 @@ def make_ppo(config: PPOConfig, env: InGraphBatchEnv) -> PPO:
     )
 
 
-Iteration = Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+class UpdateResult(NamedTuple):
+    """What one update leaves: per-agent mean return of the episodes finished during it
+    (``PPO.episode_stats``), the mean loss terms, and the rollout's ``done`` and ``score``."""
+
+    returns: torch.Tensor  # [K]
+    terms: dict[str, torch.Tensor]  # name -> [K]
+    done: torch.Tensor  # bool [T, B]
+    score: torch.Tensor  # [T, B(, agents)]
 
 
-def make_iteration(config: PPOConfig, env: InGraphBatchEnv, ppo: PPO) -> Iteration:
-    """One update: a rollout of ``num_steps``, the minibatch epochs; returns the mean return
-    per agent of the episodes finished (see ``PPO.episode_stats``) and the loss terms."""
-    unroll = config.unroll or None
+class Updates:
+    """PPO's updates, one per call: a rollout of ``num_steps`` then the minibatch epochs.
 
-    def iteration() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        rollout(env, ppo, steps=config.num_steps, unroll=unroll, compile=config.compile)
-        terms = ppo.update()
-        return ppo.episode_stats(), terms
+    On a CUDA device (``config.cuda_graph``, compiled), calls from the fourth on replay the
+    update as one CUDA graph (:class:`~batchenv.in_graph.cuda_graph.CudaGraphLoop`); its
+    outputs are copied, so every :class:`UpdateResult` is the caller's to keep. If the update
+    cannot be recorded, a warning says why and the updates go on eagerly. ``backend``: a
+    recording backend for the tests (a CPU stand-in for CUDA graphs).
+    """
 
-    return iteration
+    def __init__(self, config: PPOConfig, env: InGraphBatchEnv, ppo: PPO, backend=None):
+        self.config, self.env, self.ppo = config, env, ppo
+        self.loop: CudaGraphLoop | None = None
+        on_cuda = config.cuda_graph and config.compile and ppo.device.type == "cuda"
+        if on_cuda or backend is not None:
+            # All of PPO's state is under env and ppo; updates_done only counts (the anneal
+            # reads update_index on the device).
+            roots = {"env": env, "ppo": ppo}
+            counters = ("ppo.updates_done",)
+            self.loop = CudaGraphLoop(self.iteration, roots, counters=counters, backend=backend)
 
+    def iteration(self) -> UpdateResult:
+        config = self.config
+        done, score, _ = rollout(
+            self.env,
+            self.ppo,
+            steps=config.num_steps,
+            unroll=config.unroll or None,
+            compile=config.compile,
+        )
+        terms = self.ppo.update()
+        return UpdateResult(self.ppo.episode_stats(), terms, done, score)
 
-def graphed(iteration: Iteration, env: InGraphBatchEnv, ppo: PPO, backend=None) -> Iteration:
-    """``iteration`` replayed as a CUDA graph (all of PPO's state is under ``env`` and ``ppo``;
-    ``updates_done`` only counts: the anneal reads ``update_index`` on the device)."""
-    roots = {"env": env, "ppo": ppo}
-    return CudaGraphLoop(iteration, roots, counters=("ppo.updates_done",), backend=backend)
+    def __call__(self) -> UpdateResult:
+        if self.loop is None:
+            return self.iteration()
+        try:
+            out = self.loop()
+        except GraphCaptureError as error:  # nothing of this update ran: run it eagerly
+            warnings.warn(f"PPO runs without a CUDA graph: {error}", stacklevel=2)
+            self.loop = None
+            return self.iteration()
+        terms = {name: value.clone() for name, value in out.terms.items()}
+        return UpdateResult(out.returns.clone(), terms, out.done.clone(), out.score.clone())
 
 
 def train(
@@ -166,24 +200,13 @@ def train(
         torch.set_num_threads(config.torch_threads)
     env = make_env(config)
     ppo = make_ppo(config, env)
-    iteration = make_iteration(config, env, ppo)
-    step = iteration
-    if config.cuda_graph and config.compile and ppo.device.type == "cuda":
-        step = graphed(iteration, env, ppo)
+    updates = Updates(config, env, ppo)
     returns, losses = [], {}
     started = time.perf_counter()
     first_update = 0.0
     for update in range(config.num_updates):
         tic = time.perf_counter()
-        try:
-            update_returns, terms = step()
-        except GraphCaptureError as error:  # nothing of this update ran: run it eagerly
-            warnings.warn(f"PPO runs without a CUDA graph: {error}", stacklevel=2)
-            step = iteration
-            update_returns, terms = step()
-        if step is not iteration:  # the graph's outputs are overwritten by the next replay
-            update_returns = update_returns.clone()
-            terms = {name: value.clone() for name, value in terms.items()}
+        update_returns, terms, _, _ = updates()
         returns.append(update_returns)
         for name, value in terms.items():
             losses.setdefault(name, []).append(value.detach())

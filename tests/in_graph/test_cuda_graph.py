@@ -129,7 +129,7 @@ def test_emulated_replays_of_ppo_train_exactly_as_eager_updates():
     """On the CPU stand-in for CUDA graphs, a replayed update reads and writes exactly the
     state an eager one does: every return, loss and parameter equal over 9 updates."""
     from batchenv.algorithms.ppo import PPOConfig
-    from batchenv.algorithms.ppo.train import graphed, make_env, make_iteration, make_ppo
+    from batchenv.algorithms.ppo.train import Updates, make_env, make_ppo
 
     def run(replayed: bool):
         config = PPOConfig(
@@ -137,24 +137,19 @@ def test_emulated_replays_of_ppo_train_exactly_as_eager_updates():
         )
         env = make_env(config)
         ppo = make_ppo(config, env)
-        step = make_iteration(config, env, ppo)
-        if replayed:
-            step = graphed(step, env, ppo, backend=EmulatedBackend())
-        outs = []
-        for _ in range(config.num_updates):
-            ret, terms = step()  # a replay's outputs are overwritten by the next one
-            outs.append((ret.clone(), {k: v.clone() for k, v in terms.items()}))
-        return outs, ppo
+        updates = Updates(config, env, ppo, backend=EmulatedBackend() if replayed else None)
+        return [updates() for _ in range(config.num_updates)], ppo
 
     plain, plain_ppo = run(False)
     replayed, replayed_ppo = run(True)
     assert replayed_ppo.updates_done == plain_ppo.updates_done == 9
     assert torch.equal(replayed_ppo.update_index, plain_ppo.update_index)
     assert torch.equal(replayed_ppo.params, plain_ppo.params)
-    for (ret_a, terms_a), (ret_b, terms_b) in zip(plain, replayed):
-        assert torch.equal(ret_a.nan_to_num(-1.0), ret_b.nan_to_num(-1.0))
-        for name in terms_a:
-            assert torch.equal(terms_a[name], terms_b[name]), name
+    for a, b in zip(plain, replayed):  # each UpdateResult is a copy: replays overwrite
+        assert torch.equal(a.returns.nan_to_num(-1.0), b.returns.nan_to_num(-1.0))
+        assert torch.equal(a.done, b.done) and torch.equal(a.score, b.score)
+        for name in a.terms:
+            assert torch.equal(a.terms[name], b.terms[name]), name
 
 
 def test_emulated_recording_refuses_host_reads_and_leaves_the_state_as_it_was():
