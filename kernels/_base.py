@@ -41,11 +41,14 @@ Backends:
   finished rows afresh has no graph break.
 - ``"triton"``: one kernel launch per ``step`` (the step, and the fresh starts of
   ``reset_mask`` rows) writes ``state``/``elapsed`` in place. Fresh starts come from Philox
-  inside the kernel, keyed by the seed and counted per row. It runs on CUDA devices, and on
+  inside the kernel, keyed by the seed and counted per row; a family may hand its kernel
+  the torch backend's uniforms instead (MinAtar does: its two backends are bit for bit the
+  same). It runs on CUDA devices, and on
   CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before ``batchenv.kernels`` is
   imported; slow).
 
-No two fresh starts of a run repeat; the two backends draw different starts from one seed.
+No two fresh starts of a run repeat; with Philox in the kernel, the two backends draw
+different starts from one seed.
 On both, observations are new tensors: one handed out earlier never changes under the
 caller, and writing into it never touches the env.
 """
@@ -88,6 +91,8 @@ class KernelEnv:
     random_steps: bool = False
     #: ``elapsed``'s dtype (the triton kernels take int32).
     elapsed_dtype: torch.dtype = torch.int32
+    #: ``observ``'s dtype on both backends (MinAtar's observations are bool).
+    observation_dtype: torch.dtype = torch.float32
     #: Axes between the row and the features of ``observ`` and ``reward`` (agents).
     agent_shape: tuple[int, ...] = ()
     single_observation_space: gym.spaces.Box
@@ -161,10 +166,11 @@ class KernelEnv:
                 seed = secrets.randbits(64)
             self._seed = seed if self._block is not None else seed % (1 << 64)
             self._restarts = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+            # The torch hash's key; a triton kernel may take its uniforms too (MinAtar's).
+            self._key = self._make_key(self._seed)
             if backend == "triton":
                 self._launch(None, torch.ones(num_envs, dtype=torch.bool, device=self.device))
                 return
-            self._key = self._make_key(self._seed)
             everyone = self._everyone()
             _each(
                 torch.Tensor.copy_,
@@ -241,8 +247,7 @@ class KernelEnv:
             raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {seed!r}")
         self._seed = seed % (1 << 64)
         self._restarts.zero_()
-        if self.backend == "torch":
-            self._key = self._make_key(self._seed)
+        self._key = self._make_key(self._seed)
 
     # -- state access (tests, the consistency checker, checkpointing) --------------------
 
@@ -397,7 +402,8 @@ class KernelEnv:
         None (only the rows in ``reset_mask`` start afresh). Owns the output buffers.
 
         Every kernel env's ``_step_kernel`` takes these arguments first, in this order:
-        ``state, elapsed, restarts`` (in and out), ``action``, ``reset_mask``, ``observ``,
+        ``state`` (a dict state as the tuple of its tensors, in the dict's order),
+        ``elapsed, restarts`` (in and out), ``action``, ``reset_mask``, ``observ``,
         ``reward``, ``terminated``, ``truncated`` (out), the Philox key's two words, and the
         constexprs ``STEP`` (step the rows) and ``RESET`` (``reset_mask`` is given).
 
@@ -407,7 +413,7 @@ class KernelEnv:
         n, device = self.num_envs, self.device
         step = action is not None
         observ_shape = (n, *self.agent_shape, *self.single_observation_space.shape)
-        observ = torch.empty(observ_shape, dtype=torch.float32, device=device)
+        observ = torch.empty(observ_shape, dtype=self.observation_dtype, device=device)
         if step:
             reward = torch.empty((n, *self.agent_shape), dtype=torch.float32, device=device)
             terminated = torch.empty(n, dtype=torch.bool, device=device)
@@ -418,7 +424,7 @@ class KernelEnv:
         key_lo, key_hi = _triton.split_key(self._seed)
         grid, options = self._kernel_options()
         self._triton_kernel()[grid](
-            self.state,
+            tuple(self.state.values()) if isinstance(self.state, dict) else self.state,
             self.elapsed,
             self._restarts,
             action,

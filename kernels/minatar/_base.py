@@ -20,6 +20,10 @@ value, so a compiled rollout has no graph break):
 - ``state_from_reference(game) -> {name: value}`` (static): a ``minatar`` game object's state
   as one row of ``fields`` (the consistency checker loads it with ``set_state``).
 
+A game with a triton backend also names its Triton device functions in ``triton_functions``
+(``_kernel.py`` runs them: the same rules, fed the torch backend's own uniforms, so both
+backends give bit-identical results for one seed).
+
 The base does what ``minatar.Environment`` does around ``Env.act``: the sticky action
 (``rand() < sticky_action_prob`` keeps the previous action, drawn before the game's step and
 also on terminal rows), the frozen terminal rows (reward 0, state kept) and the action sets.
@@ -48,8 +52,10 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from .. import _triton
 from .._base import KernelEnv, rows_where
 from .._checks import check_indices, describe, is_integer_tensor
+from ._kernel import step_kernel
 
 #: MinAtar's full action set, in its order (``Env.action_map``).
 NOOP, LEFT, UP, RIGHT, DOWN, FIRE = range(6)
@@ -87,7 +93,9 @@ class MinAtarEnv(KernelEnv):
         device: where the state lives (any torch device).
         seed: an int, a list of ints (one per equal block of rows: block b draws what a lone
             env seeded ``seed[b]`` draws), or None for a fresh random seed.
-        backend: ``"torch"`` only (a Triton backend is not written yet).
+        backend: ``"torch"``, or ``"triton"`` for the games that have a Triton step
+            (``triton_functions``; CUDA, or CPU under ``TRITON_INTERPRET=1``): one kernel
+            launch per step, bit for bit the torch backend's results for the same seed.
         minimal_action_set: ``Discrete(len(minimal_actions))`` actions as MinAtar's ``-v1``
             gym ids (default); False: all six, as ``-v0``.
         sticky_action_prob: chance that a step repeats the previous action (MinAtar's 0.1).
@@ -101,9 +109,13 @@ class MinAtarEnv(KernelEnv):
     fields: dict[str, tuple[tuple[int, ...], torch.dtype]]
     reset_draws: tuple[Draw, ...] = ()
     step_draws: tuple[Draw, ...] = ()
+    #: The triton backend's ``(load, store, initial, act, select, observe)`` device
+    #: functions (``_kernel.py`` says what each does); None: no triton backend.
+    triton_functions: tuple[Any, ...] | None = None
     seed_blocks = True
     random_steps = True  # the sticky action, and the games' own events
     elapsed_dtype = torch.int64
+    observation_dtype = torch.bool
     #: Inductor options for a compiled rollout of this env (batchenv.in_graph.rollout reads
     #: them). No CPU vectorisation: the games' 10-wide rows became masked 16-lane vector
     #: loads and stores, which made a compiled Breakout step 4x slower than eager (34 ms at
@@ -167,6 +179,7 @@ class MinAtarEnv(KernelEnv):
         """
         if draws is None:
             return super().reset(indices)
+        self._refuse_draws_on_triton("reset")
         indices = check_indices(self, indices, "reset")
         draws = self._check_draws(draws, self.reset_draws, len(indices), "reset")
         return self._reset_rows(indices, draws)
@@ -188,7 +201,10 @@ class MinAtarEnv(KernelEnv):
         """
         action, reset_mask = self._step_arguments(action, reset_mask)
         if draws is not None:
+            self._refuse_draws_on_triton("step")
             draws = self._check_draws(draws, (STICKY, *self.step_draws), self.num_envs, "step")
+        if self.backend == "triton":
+            return self._launch(action, reset_mask)
         return self._torch_step(action, reset_mask, draws)
 
     # -- hooks for the game modules --------------------------------------------------------
@@ -251,6 +267,63 @@ class MinAtarEnv(KernelEnv):
 
     def _observation(self, state: dict[str, torch.Tensor], elapsed: torch.Tensor) -> torch.Tensor:
         return self._observe(state)
+
+    # -- the triton backend ----------------------------------------------------------------
+
+    def _triton_kernel(self) -> Any:
+        return None if self.triton_functions is None else step_kernel
+
+    def _kernel_options(self) -> tuple[tuple[int, ...], dict[str, Any]]:
+        # Rows per program: at most 64 (a Breakout row holds a 128-cell tile per grid; not
+        # tuned on a GPU). The uniforms are the torch backend's, at the rows' counts.
+        block = min(_triton.env_block(self.num_envs), 64)
+        load, store, initial, act, select, observe = self.triton_functions
+        uniforms = KernelEnv._uniforms(self, self._everyone()).contiguous()
+        return (_triton.triton.cdiv(self.num_envs, block),), {
+            "u_ptr": uniforms,
+            "action_table_ptr": self._action_table,
+            "sticky_prob": self.sticky_action_prob,
+            "N": self.num_envs,
+            "MAX_STEPS": self.max_episode_steps or 0,
+            "BLOCK": block,
+            "DRAWS": self.draws,
+            "STICKY": sum(draw.count for draw in self.reset_draws),
+            "RESET_AT": self._reset_column(),
+            "FIELDS": len(self.fields),
+            "RAMPING": self.ramping,
+            "LOAD": load,
+            "STORE": store,
+            "INITIAL": initial,
+            "ACT": act,
+            "SELECT": select,
+            "OBSERVE": observe,
+        }
+
+    def _reset_column(self) -> int:
+        """The uniform column where a fresh start's draws begin in the torch backend.
+
+        ``_uniforms`` hands the draws on by name, so a name a fresh start and a step share
+        (Freeway's) reads the step's columns; the kernel reads the same ones.
+        """
+        columns, start = {}, 0
+        for draw in self._draws:
+            columns[draw.name] = start
+            start += draw.count
+        starts = [columns[draw.name] for draw in self.reset_draws]
+        for draw, here, after in zip(self.reset_draws, starts, starts[1:]):
+            if after != here + draw.count:
+                raise ValueError(
+                    f"{type(self).__name__}: the kernel needs the reset draws in consecutive "
+                    f"columns; declare the shared ones in the same order in step_draws"
+                )
+        return starts[0] if starts else 0
+
+    def _refuse_draws_on_triton(self, method: str) -> None:
+        if self.backend == "triton":
+            raise ValueError(
+                f"{type(self).__name__}.{method}: draws=... needs backend='torch' (the triton "
+                "kernel takes the env's own draws)"
+            )
 
     # -- helpers ---------------------------------------------------------------------------
 

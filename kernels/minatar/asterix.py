@@ -30,6 +30,9 @@ free). A fresh start draws nothing.
     >>> observ, reward, terminated, truncated = env.step(torch.zeros(4, dtype=torch.int64))
     >>> observ.shape
     torch.Size([4, 10, 10, 4])
+
+``Asterix(..., backend="triton")`` runs the same step in ``_kernel.step_kernel`` with this
+module's device functions (``_act_tl``, ...): bit for bit the torch backend's results.
 """
 
 from __future__ import annotations
@@ -39,13 +42,170 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._triton import tl, triton
 from ._base import DOWN, LEFT, NOOP, RIGHT, SIZE, UP, Draw, MinAtarEnv, cell
+from ._kernel import flat_index, mark_flat, store_flat, total, total_3d
 
 _INT = torch.int64
 SLOTS = 8  # rows 1 to 8, one entity each
 RAMP_INTERVAL = 100
 INIT_SPAWN_SPEED = 10
 INIT_MOVE_INTERVAL = 5
+
+
+# -- the triton step: the same rules on a block of rows (``_kernel.step_kernel`` calls them) --
+# State tuple in ``fields`` order: the scalars [BLOCK], the entity_* fields [BLOCK, 8]
+# (slot i in column i).
+
+_SLOTS = tl.constexpr(SLOTS)
+_LEFT = tl.constexpr(LEFT)
+_RIGHT = tl.constexpr(RIGHT)
+_UP = tl.constexpr(UP)
+_DOWN = tl.constexpr(DOWN)
+_LAST = tl.constexpr(SIZE - 1)
+_RAMP_INTERVAL = tl.constexpr(RAMP_INTERVAL)
+_INIT_SPAWN_SPEED = tl.constexpr(INIT_SPAWN_SPEED)
+_INIT_MOVE_INTERVAL = tl.constexpr(INIT_MOVE_INTERVAL)
+_GOLD_CHANCE = tl.constexpr(1 / 3)  # compared in float32, as torch compares it
+_FLAT = tl.constexpr(512)  # 10 * 10 * 4 observation values per row, padded
+
+
+@triton.jit
+def _load_tl(ptrs, rows, valid):
+    slots = rows[:, None] * _SLOTS + tl.arange(0, _SLOTS)[None, :]
+    state = ()
+    for j in tl.static_range(12):
+        if j == 2 or j == 4 or j == 5:  # bool slots
+            state = state + (tl.load(ptrs[j] + slots, mask=valid[:, None], other=0) != 0,)
+        elif j == 3:
+            state = state + (tl.load(ptrs[j] + slots, mask=valid[:, None], other=0),)
+        else:
+            state = state + (tl.load(ptrs[j] + rows, mask=valid, other=0),)
+    return state
+
+
+@triton.jit
+def _store_tl(ptrs, rows, valid, state):
+    slots = rows[:, None] * _SLOTS + tl.arange(0, _SLOTS)[None, :]
+    for j in tl.static_range(12):
+        if j >= 2 and j <= 5:
+            tl.store(ptrs[j] + slots, state[j], mask=valid[:, None])
+        else:
+            tl.store(ptrs[j] + rows, state[j], mask=valid)
+
+
+@triton.jit
+def _select_tl(mask, a, b):
+    state = ()
+    for j in tl.static_range(12):
+        if j >= 2 and j <= 5:
+            state = state + (tl.where(mask[:, None], a[j], b[j]),)
+        else:
+            state = state + (tl.where(mask, a[j], b[j]),)
+    return state
+
+
+@triton.jit
+def _initial_tl(u, valid):  # MinAtar's reset draws nothing
+    zero = valid.to(tl.int64) * 0
+    empty = zero[:, None] + tl.zeros([1, _SLOTS], tl.int64)
+    return (
+        zero + 5,
+        zero + 5,
+        empty != 0,
+        empty,
+        empty != 0,
+        empty != 0,
+        zero + _INIT_SPAWN_SPEED,
+        zero + _INIT_SPAWN_SPEED,
+        zero + _INIT_MOVE_INTERVAL,
+        zero + _INIT_MOVE_INTERVAL,
+        zero + _RAMP_INTERVAL,
+        zero,
+    )
+
+
+@triton.jit
+def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
+    """:meth:`Asterix._act` rule for rule, on a block of rows."""
+    px, py, alive, x, right, gold = state[0], state[1], state[2], state[3], state[4], state[5]
+    spawn_speed, spawn_timer, move_speed, move_timer = state[6], state[7], state[8], state[9]
+    ramp_timer, ramp_index = state[10], state[11]
+    slot = tl.arange(0, _SLOTS)
+    # Spawn into the k-th free slot (slot order), k = randint(number free).
+    spawn = spawn_timer == 0
+    free = ~alive
+    u_right = tl.load(u, mask=valid, other=0.0)
+    u_gold = tl.load(u + 1, mask=valid, other=0.0)
+    u_slot = tl.load(u + 2, mask=valid, other=0.0)
+    k = (u_slot * total(free, 3).to(tl.float32)).to(tl.int64)  # the product is >= 0
+    before = free[:, None, :] & (slot[None, :] <= slot[:, None])[None, :, :]
+    rank = total_3d(before, 3) - 1  # free.cumsum(dim=1) - 1
+    chosen = free & (rank == k[:, None]) & spawn[:, None]
+    new_right = (u_right < 0.5)[:, None]
+    alive = alive | chosen
+    x = tl.where(chosen, tl.where(new_right, 0, _LAST), x)
+    right = tl.where(chosen, new_right, right)
+    gold = tl.where(chosen, (u_gold < _GOLD_CHANCE)[:, None], gold)
+    spawn_timer = tl.where(spawn, spawn_speed, spawn_timer)
+    # The player moves.
+    px = tl.where(action == _LEFT, tl.maximum(px - 1, 0), px)
+    px = tl.where(action == _RIGHT, tl.minimum(px + 1, _LAST), px)
+    py = tl.where(action == _UP, tl.maximum(py - 1, 1), py)
+    py = tl.where(action == _DOWN, tl.minimum(py + 1, _SLOTS), py)
+    on_player_row = (slot + 1)[None, :] == py[:, None]
+    # Contact before the entities move: gold is picked up, an enemy ends the game.
+    touch = alive & on_player_row & (x == px[:, None])
+    picked = touch & gold
+    terminal = total(touch & ~gold, 3) > 0
+    alive = alive & ~picked
+    # The entities move when the move timer is up; off the screen they are gone.
+    move = move_timer == 0
+    move_timer = tl.where(move, move_speed, move_timer)
+    moving = alive & move[:, None]
+    x = tl.where(moving, x + tl.where(right, 1, -1), x)
+    gone = moving & ((x < 0) | (x > _LAST))
+    touch = moving & ~gone & on_player_row & (x == px[:, None])
+    terminal = terminal | (total(touch & ~gold, 3) > 0)
+    reward = total(picked, 3) + total(touch & gold, 3)
+    alive = alive & ~gone & ~(touch & gold)
+    # Timers, then the difficulty ramp: a ramp step every RAMP_INTERVAL + 2 steps.
+    ramping = ((spawn_speed > 1) | (move_speed > 1)) & RAMPING
+    ramp = ramping & (ramp_timer < 0)
+    ramp_timer = tl.where(ramp, _RAMP_INTERVAL, ramp_timer - ramping.to(tl.int64))
+    odd = (ramp_index & 1) == 1  # ramp_index % 2 == 1, negatives as Python's
+    move_speed = move_speed - (ramp & (move_speed > 1) & odd).to(tl.int64)
+    spawn_speed = spawn_speed - (ramp & (spawn_speed > 1)).to(tl.int64)
+    moved = (
+        px,
+        py,
+        alive,
+        tl.where(alive, x, 0),
+        right & alive,
+        gold & alive,
+        spawn_speed,
+        spawn_timer - 1,
+        move_speed,
+        move_timer - 1,
+        ramp_timer,
+        ramp_index + ramp.to(tl.int64),
+    )
+    return moved, reward.to(tl.float32), terminal
+
+
+@triton.jit
+def _observe_tl(state, observ_ptr, rows, valid):
+    # _observe's marks: the player; slot i's entity on row i + 1 (enemy or gold channel)
+    # and its trail behind it (off the grid: nothing)
+    px, py, alive, x, right, gold = state[0], state[1], state[2], state[3], state[4], state[5]
+    lane = (tl.arange(0, _SLOTS) + 1)[None, :] + x * 0
+    here = tl.where(alive, flat_index(lane, x, tl.where(gold, 3, 1), 4), -1)
+    trail = tl.where(alive, flat_index(lane, x - tl.where(right, 1, -1), 2, 4), -1)
+    flat = tl.arange(0, _FLAT)[None, :, None]
+    marks = (flat == here[:, None, :]) | (flat == trail[:, None, :])
+    plane = total_3d(marks, 3) > 0
+    plane = mark_flat(plane, flat_index(py, px, 0, 4))
+    store_flat(observ_ptr, rows, valid, plane, 4)
 
 
 class Asterix(MinAtarEnv):
@@ -73,6 +233,7 @@ class Asterix(MinAtarEnv):
         Draw("spawn_gold", 1, "Env._spawn_entity"),
         Draw("spawn_slot", 1, "Env._spawn_entity"),
     )
+    triton_functions = (_load_tl, _store_tl, _initial_tl, _act_tl, _select_tl, _observe_tl)
 
     def _initial(self, rows, draws):  # MinAtar's reset draws nothing
         def full(value: int) -> torch.Tensor:

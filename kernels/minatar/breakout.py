@@ -24,6 +24,9 @@ wall moving down-right, or at the right wall moving down-left); none per step.
     >>> observ, reward, terminated, truncated = env.step(torch.zeros(4, dtype=torch.int64))
     >>> observ.shape, observ.dtype
     (torch.Size([4, 10, 10, 4]), torch.bool)
+
+``Breakout(..., backend="triton")`` runs the same step in ``_kernel.step_kernel`` with this
+module's device functions (``_act_tl``, ...): bit for bit the torch backend's results.
 """
 
 from __future__ import annotations
@@ -33,9 +36,107 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._triton import tl, triton
 from ._base import LEFT, NOOP, RIGHT, SIZE, Draw, MinAtarEnv, at, cell, grid, paint
+from ._kernel import cells, mark, store_plane, total
 
 _INT = torch.int64
+
+
+# -- the triton step: the same rules on a block of rows (``_kernel.step_kernel`` calls them) --
+# State tuple: ball_x, ball_y, ball_dir, last_x, last_y, pos, strike ([BLOCK] each) and
+# brick ([BLOCK, CELLS], cell y * 10 + x).
+
+_LEFT = tl.constexpr(LEFT)
+_RIGHT = tl.constexpr(RIGHT)
+_LAST = tl.constexpr(SIZE - 1)
+_SCALARS = tl.constexpr(7)
+
+
+@triton.jit
+def _wall_tl():
+    """bool ``[CELLS]``: the three rows of bricks (rows 1 to 3)."""
+    where = cells()
+    return (where >= 10) & (where < 40)
+
+
+@triton.jit
+def _load_tl(ptrs, rows, valid):
+    state = ()
+    for j in tl.static_range(6):
+        state = state + (tl.load(ptrs[j] + rows, mask=valid, other=0),)
+    strike = tl.load(ptrs[6] + rows, mask=valid, other=0) != 0
+    where = cells()
+    inside = valid[:, None] & (where < 100)[None, :]
+    brick = tl.load(ptrs[7] + rows[:, None] * 100 + where[None, :], mask=inside, other=0)
+    return state + (strike, brick != 0)
+
+
+@triton.jit
+def _store_tl(ptrs, rows, valid, state):
+    for j in tl.static_range(_SCALARS):
+        tl.store(ptrs[j] + rows, state[j], mask=valid)
+    where = cells()
+    inside = valid[:, None] & (where < 100)[None, :]
+    tl.store(ptrs[7] + rows[:, None] * 100 + where[None, :], state[7], mask=inside)
+
+
+@triton.jit
+def _initial_tl(u, valid):
+    right = tl.load(u, mask=valid, other=0.0) >= 0.5  # randint(2) == 1
+    zero = right.to(tl.int64) * 0
+    ball_x = tl.where(right, 9, 0) + zero
+    ball_y = zero + 3
+    brick = _wall_tl()[None, :] & (zero == 0)[:, None]
+    return ball_x, ball_y, tl.where(right, 3, 2) + zero, ball_x, ball_y, zero + 4, zero != 0, brick
+
+
+@triton.jit
+def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
+    """:meth:`Breakout._act` rule for rule, on a block of rows."""
+    ball_x, ball_y, ball_dir, last_x, last_y, pos, strike, brick = state
+    pos = tl.where(action == _LEFT, tl.maximum(pos - 1, 0), pos)
+    pos = tl.where(action == _RIGHT, tl.minimum(pos + 1, _LAST), pos)
+    new_x = ball_x + tl.where((ball_dir == 1) | (ball_dir == 2), 1, -1)
+    new_y = ball_y + tl.where(ball_dir >= 2, 1, -1)
+    side = (new_x < 0) | (new_x > _LAST)
+    new_x = tl.minimum(tl.maximum(new_x, 0), _LAST)
+    ball_dir = tl.where(side, ball_dir ^ 1, ball_dir)
+    top = new_y < 0
+    landing = tl.minimum(tl.maximum(new_y, 0), _LAST) * 10 + new_x
+    on_brick = ~top & (total(brick & (cells()[None, :] == landing[:, None]), 7) > 0)
+    breaks = on_brick & ~strike
+    bottom = ~top & ~on_brick & (new_y == _LAST)
+    over_paddle = bottom & (ball_x == pos)
+    into_paddle = bottom & ~over_paddle & (new_x == pos)
+    flip = top | breaks | over_paddle
+    ball_dir = tl.where(flip, 3 - ball_dir, ball_dir)
+    ball_dir = tl.where(into_paddle, ball_dir ^ 2, ball_dir)
+    brick = brick & ~(mark(tl.maximum(new_y, 0), new_x) & breaks[:, None])
+    new_y = tl.where(top, 0, new_y)
+    new_y = tl.where(breaks | over_paddle | into_paddle, ball_y, new_y)
+    refill = bottom & (total(brick, 7) == 0)
+    brick = brick | (_wall_tl()[None, :] & refill[:, None])
+    terminal = bottom & ~over_paddle & ~into_paddle
+    moved = (new_x, new_y, ball_dir, ball_x, ball_y, pos, on_brick, brick)
+    return moved, breaks.to(tl.float32), terminal
+
+
+@triton.jit
+def _select_tl(mask, a, b):
+    state = ()
+    for j in tl.static_range(_SCALARS):
+        state = state + (tl.where(mask, a[j], b[j]),)
+    return state + (tl.where(mask[:, None], a[7], b[7]),)
+
+
+@triton.jit
+def _observe_tl(state, observ_ptr, rows, valid):
+    ball_x, ball_y, _, last_x, last_y, pos, _, brick = state
+    store_plane(observ_ptr, rows, valid, mark(pos * 0 + _LAST, pos), 4, 0)
+    store_plane(observ_ptr, rows, valid, mark(ball_y, ball_x), 4, 1)
+    store_plane(observ_ptr, rows, valid, mark(last_y, last_x), 4, 2)
+    store_plane(observ_ptr, rows, valid, brick, 4, 3)
 
 
 class Breakout(MinAtarEnv):
@@ -55,6 +156,7 @@ class Breakout(MinAtarEnv):
         "brick": ((SIZE, SIZE), torch.bool),
     }
     reset_draws = (Draw("ball_start", 1, "Env.reset"),)
+    triton_functions = (_load_tl, _store_tl, _initial_tl, _act_tl, _select_tl, _observe_tl)
 
     def _initial(self, rows, draws):
         right = draws["ball_start"][:, 0] >= 0.5  # randint(2) == 1

@@ -34,6 +34,9 @@ action.
     >>> observ, reward, terminated, truncated = env.step(torch.full((4,), 3))
     >>> observ.shape
     torch.Size([4, 10, 10, 6])
+
+``SpaceInvaders(..., backend="triton")`` runs the same step in ``_kernel.step_kernel`` with
+this module's device functions (``_act_tl``, ...): bit for bit the torch backend's results.
 """
 
 from __future__ import annotations
@@ -43,13 +46,188 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._triton import maximum_combine, tl, triton
 from ._base import FIRE, LEFT, NOOP, RIGHT, SIZE, MinAtarEnv, at, cell, grid
+from ._kernel import cells, fold, mark, minimum_combine, store_plane, take, total
 
 _INT = torch.int64
 SHOT_COOL_DOWN = 5
 ENEMY_MOVE_INTERVAL = 12  # the first wave's; a ramped wave's never drops below 6
 MIN_MOVE_INTERVAL = 6
 ENEMY_SHOT_INTERVAL = 10
+
+
+# -- the triton step: the same rules on a block of rows (``_kernel.step_kernel`` calls them) --
+# State tuple in ``fields`` order: the scalars [BLOCK], the grids alien, f_bullet, e_bullet
+# [BLOCK, CELLS] (cell y * 10 + x). Rolls and row shifts are gathers along the cells.
+
+_FIRE = tl.constexpr(FIRE)
+_LEFT = tl.constexpr(LEFT)
+_RIGHT = tl.constexpr(RIGHT)
+_LAST = tl.constexpr(SIZE - 1)
+_SHOT_COOL_DOWN = tl.constexpr(SHOT_COOL_DOWN)
+_ENEMY_MOVE_INTERVAL = tl.constexpr(ENEMY_MOVE_INTERVAL)
+_MIN_MOVE_INTERVAL = tl.constexpr(MIN_MOVE_INTERVAL)
+_ENEMY_SHOT_INTERVAL = tl.constexpr(ENEMY_SHOT_INTERVAL)
+
+
+@triton.jit
+def _wave_tl():
+    """bool ``[CELLS]``: a new wave, rows 0 to 3 by columns 2 to 7."""
+    where = cells()
+    x = where % 10
+    return (where < 40) & (x >= 2) & (x <= 7)
+
+
+@triton.jit
+def _load_tl(ptrs, rows, valid):
+    where = cells()
+    inside = valid[:, None] & (where < 100)[None, :]
+    at_cells = rows[:, None] * 100 + where[None, :]
+    state = ()
+    for j in tl.static_range(10):
+        if j >= 1 and j <= 3:
+            state = state + (tl.load(ptrs[j] + at_cells, mask=inside, other=0) != 0,)
+        else:
+            state = state + (tl.load(ptrs[j] + rows, mask=valid, other=0),)
+    return state
+
+
+@triton.jit
+def _store_tl(ptrs, rows, valid, state):
+    where = cells()
+    inside = valid[:, None] & (where < 100)[None, :]
+    at_cells = rows[:, None] * 100 + where[None, :]
+    for j in tl.static_range(10):
+        if j >= 1 and j <= 3:
+            tl.store(ptrs[j] + at_cells, state[j], mask=inside)
+        else:
+            tl.store(ptrs[j] + rows, state[j], mask=valid)
+
+
+@triton.jit
+def _select_tl(mask, a, b):
+    state = ()
+    for j in tl.static_range(10):
+        if j >= 1 and j <= 3:
+            state = state + (tl.where(mask[:, None], a[j], b[j]),)
+        else:
+            state = state + (tl.where(mask, a[j], b[j]),)
+    return state
+
+
+@triton.jit
+def _initial_tl(u, valid):  # MinAtar's reset draws nothing
+    zero = valid.to(tl.int64) * 0
+    nothing = (zero[:, None] + cells()[None, :]) < 0
+    return (
+        zero + 5,
+        _wave_tl()[None, :] | nothing,
+        nothing,
+        nothing,
+        zero - 1,
+        zero + _ENEMY_MOVE_INTERVAL,
+        zero + _ENEMY_MOVE_INTERVAL,
+        zero + _ENEMY_SHOT_INTERVAL,
+        zero,
+        zero,
+    )
+
+
+@triton.jit
+def _any_tl(tile):
+    return total(tile, 7) > 0
+
+
+@triton.jit
+def _at_tl(tile, y, x):
+    """``at(tile, y, x)``: the tile's cell at the clamped ``(y, x)`` of each row."""
+    index = tl.minimum(tl.maximum(y, 0), _LAST) * 10 + tl.minimum(tl.maximum(x, 0), _LAST)
+    return _any_tl(tile & (cells()[None, :] == index[:, None]))
+
+
+@triton.jit
+def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
+    """:meth:`SpaceInvaders._act` rule for rule, on a block of rows."""
+    pos, alien, f_bullet, e_bullet, alien_dir = state[0], state[1], state[2], state[3], state[4]
+    interval, move_timer, alien_shot_timer = state[5], state[6], state[7]
+    shot_timer, ramp_index = state[8], state[9]
+    where = cells()
+    y = where // 10
+    x = where % 10
+    grid = where < 100
+    bottom = pos * 0 + _LAST
+    # The cannon: fire (when loaded), or move.
+    fire = (action == _FIRE) & (shot_timer == 0)
+    f_bullet = f_bullet | (mark(bottom, pos) & fire[:, None])
+    shot_timer = tl.where(fire, _SHOT_COOL_DOWN, shot_timer)
+    pos = tl.where(action == _LEFT, tl.maximum(pos - 1, 0), pos)
+    pos = tl.where(action == _RIGHT, tl.minimum(pos + 1, _LAST), pos)
+    # Bullets move one row: the cannon's up (off the top: gone), the aliens' down.
+    f_bullet = take(f_bullet, tl.where(where < 90, where + 10, -1))
+    e_bullet = take(e_bullet, tl.where((where >= 10) & grid, where - 10, -1))
+    terminal = _at_tl(e_bullet, bottom, pos) | _at_tl(alien, bottom, pos)
+    # The block moves when its timer is up: sideways, or down and turn at an edge.
+    move = move_timer == 0
+    count = total(alien, 7).to(tl.int64)
+    move_timer = tl.where(move, tl.minimum(count, interval), move_timer)
+    turn = (_any_tl(alien & (x == 0)[None, :]) & (alien_dir < 0)) | (
+        _any_tl(alien & (x == _LAST)[None, :]) & (alien_dir > 0)
+    )
+    down = move & turn
+    terminal = terminal | (down & _any_tl(alien & ((y == _LAST) & grid)[None, :]))
+    left = take(alien, tl.where(grid, y * 10 + (x + 1) % 10, -1))  # roll(-1, dims=2)
+    right = take(alien, tl.where(grid, y * 10 + (x + 9) % 10, -1))  # roll(1, dims=2)
+    sideways = tl.where((alien_dir < 0)[:, None], left, right)
+    lower = take(alien, tl.where(grid, ((y + 9) % 10) * 10 + x, -1))  # roll(1, dims=1)
+    moved = tl.where(turn[:, None], lower, sideways)
+    alien = tl.where(move[:, None], moved, alien)
+    alien_dir = tl.where(down, -alien_dir, alien_dir)
+    terminal = terminal | (move & _at_tl(alien, bottom, pos))
+    # The aliens fire from the lowest alien of the column nearest the cannon (the nearest
+    # occupied column's key |x - pos| * 10 + x is the smallest; none: column 0, no alien).
+    shoot = alien_shot_timer == 0
+    key = tl.where(alien, tl.abs(x[None, :] - pos[:, None]) * 10 + x[None, :], 100)
+    column = fold(key, 7, minimum_combine) % 10
+    in_column = alien & (x[None, :] == column[:, None])
+    shot_y = fold(tl.where(in_column, y[None, :] + 1, 0), 7, maximum_combine) - 1
+    e_bullet = e_bullet | (mark(shot_y, column) & shoot[:, None])
+    alien_shot_timer = tl.where(shoot, _ENEMY_SHOT_INTERVAL, alien_shot_timer)
+    # Hits: an alien and a cannon bullet on one cell remove each other.
+    kill = alien & f_bullet
+    reward = total(kill, 7)
+    alien = alien & ~kill
+    f_bullet = f_bullet & ~kill
+    # Timers, then a new wave if this one is gone.
+    shot_timer = shot_timer - (shot_timer > 0).to(tl.int64)
+    cleared = ~_any_tl(alien)
+    ramp = cleared & (interval > _MIN_MOVE_INTERVAL) & RAMPING
+    alien = alien | (_wave_tl()[None, :] & cleared[:, None])
+    moved_state = (
+        pos,
+        alien,
+        f_bullet,
+        e_bullet,
+        alien_dir,
+        interval - ramp.to(tl.int64),
+        move_timer - 1,
+        alien_shot_timer - 1,
+        shot_timer,
+        ramp_index + ramp.to(tl.int64),
+    )
+    return moved_state, reward.to(tl.float32), terminal
+
+
+@triton.jit
+def _observe_tl(state, observ_ptr, rows, valid):
+    pos, alien, f_bullet, e_bullet, alien_dir = state[0], state[1], state[2], state[3], state[4]
+    left = (alien_dir < 0)[:, None]
+    store_plane(observ_ptr, rows, valid, mark(pos * 0 + _LAST, pos), 6, 0)
+    store_plane(observ_ptr, rows, valid, alien, 6, 1)
+    store_plane(observ_ptr, rows, valid, alien & left, 6, 2)
+    store_plane(observ_ptr, rows, valid, alien & ~left, 6, 3)
+    store_plane(observ_ptr, rows, valid, f_bullet, 6, 4)
+    store_plane(observ_ptr, rows, valid, e_bullet, 6, 5)
 
 
 class SpaceInvaders(MinAtarEnv):
@@ -77,6 +255,7 @@ class SpaceInvaders(MinAtarEnv):
         "shot_timer": ((), _INT),
         "ramp_index": ((), _INT),
     }
+    triton_functions = (_load_tl, _store_tl, _initial_tl, _act_tl, _select_tl, _observe_tl)
 
     def _initial(self, rows, draws):  # MinAtar's reset draws nothing
         return _initial_state(rows, self.device)

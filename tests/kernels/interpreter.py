@@ -24,6 +24,7 @@ KERNEL_MODULES = (
     "sampler",
     "tag_discrete",
     "tag_continuous",
+    "minatar",  # its _kernel and the games' device functions
 )
 
 

@@ -164,7 +164,6 @@ def test_set_state_round_trips_and_refuses_unknown_keys():
     ("kwargs", "message"),
     [
         ({"num_envs": 0}, r"num_envs must be an int >= 1"),
-        ({"backend": "triton"}, r"no Triton backend yet; use backend='torch'"),
         ({"seed": [1, 2, 3]}, r"num_envs divisible by their number"),
         ({"sticky_action_prob": 1.5}, r"must be in \[0, 1\]"),
         ({"max_episode_steps": 0}, r"must be None or an int >= 1"),
@@ -172,8 +171,7 @@ def test_set_state_round_trips_and_refuses_unknown_keys():
 )
 def test_bad_arguments_fail_fast(kwargs, message):
     kwargs = {"num_envs": 4, **kwargs}
-    error = NotImplementedError if "backend" in kwargs else ValueError
-    with pytest.raises(error, match=message):
+    with pytest.raises(ValueError, match=message):
         Breakout(**kwargs)
 
 

@@ -1,0 +1,208 @@
+"""The MinAtar Triton backend: bit for bit the torch backend's results for one seed.
+
+Each game is stepped on both backends side by side on random actions (sticky actions on),
+with ``reset_mask`` resets, ``reset_where`` and ``reset`` calls, and start states that reach
+the rare events (a cleared wall, the time limit, difficulty ramps) within a few hundred
+steps: observations, rewards, flags, every state tensor and the draw counters must be equal
+after every call. Without CUDA the kernels run in Triton's interpreter (slow: small
+batches, few steps).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchenv.kernels.minatar import Asterix, Breakout, Freeway, Seaquest, SpaceInvaders
+
+N = 8
+
+
+def assert_same(a, b, what: str) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, (
+        f"{what}: {a.dtype} {a.shape} vs {b.dtype} {b.shape}"
+    )
+    assert torch.equal(a.cpu(), b.cpu()), f"{what} differs"
+
+
+def assert_same_states(ours, theirs, when: str) -> None:
+    mine, other = ours.get_state(), theirs.get_state()
+    assert mine.keys() == other.keys()
+    for key in mine:
+        assert_same(mine[key], other[key], f"state[{key!r}] {when}")
+    assert_same(ours._restarts, theirs._restarts, f"draw counters {when}")
+
+
+def side_by_side(env_class, device, steps, start=None, action_probs=None, **kwargs):
+    """Step the torch and the triton backend together; return what happened (totals)."""
+    torch_env = env_class(N, device=device, seed=7, **kwargs)
+    triton_env = env_class(N, device=device, seed=7, backend="triton", **kwargs)
+    assert_same_states(torch_env, triton_env, "after construction")
+    if start is not None:
+        for env in (torch_env, triton_env):
+            env.set_state(start)
+    generator = torch.Generator().manual_seed(0)
+    actions = env_class(1).single_action_space.n
+    probs = torch.ones(actions) if action_probs is None else torch.tensor(action_probs)
+    seen = {"reward": 0.0, "terminated": 0, "truncated": 0, "fresh": 0}
+    done = torch.zeros(N, dtype=torch.bool)
+    for step in range(steps):
+        action = torch.multinomial(probs, N, replacement=True, generator=generator)
+        if step % 25 == 10:  # the traceable reset of some rows
+            mask = torch.rand(N, generator=generator) < 0.3
+            observ = [env.reset_where(mask.to(device)) for env in (torch_env, triton_env)]
+            assert_same(*observ, f"reset_where observ at step {step}")
+        elif step % 25 == 20:  # reset of an index set
+            rows = torch.randperm(N, generator=generator)[:3].to(device)
+            observ = [env.reset(rows) for env in (torch_env, triton_env)]
+            assert_same(*observ, f"reset observ at step {step}")
+        # Finished rows restart through reset_mask on odd steps, and on even steps are
+        # stepped as they are (terminal rows stay frozen).
+        reset_mask = done.to(device) if step % 2 else None
+        seen["fresh"] += int(done.sum()) if step % 2 else 0
+        results = [env.step(action.to(device), reset_mask) for env in (torch_env, triton_env)]
+        names = ("observ", "reward", "terminated", "truncated")
+        for name, ours, theirs in zip(names, *results):
+            assert_same(ours, theirs, f"{name} at step {step}")
+        assert_same_states(torch_env, triton_env, f"after step {step}")
+        _, reward, terminated, truncated = results[0]
+        seen["reward"] += float(reward.sum())
+        seen["terminated"] += int(terminated.sum())
+        seen["truncated"] += int(truncated.sum())
+        done = (terminated | truncated).cpu()
+    return seen
+
+
+def test_breakout_is_the_torch_backend(triton_device):
+    brick = Breakout(N).get_state()["brick"]
+    brick[:2] = False  # two rows without bricks: their walls refill at the bottom row
+    seen = side_by_side(
+        Breakout,
+        triton_device,
+        steps=240,
+        start={"brick": brick},
+        sticky_action_prob=0.25,
+        max_episode_steps=20,
+    )
+    assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["truncated"] > 0
+    assert seen["fresh"] > 0
+
+
+def test_freeway_is_the_torch_backend(triton_device):
+    # Four rows close to the time limit, so terminal rows and their resets happen.
+    timer = torch.tensor([3, 30, 70, 120, 2500, 2500, 2500, 2500])
+    seen = side_by_side(
+        Freeway,
+        triton_device,
+        steps=240,
+        start={"terminate_timer": timer},
+        action_probs=(0.1, 0.8, 0.1),  # mostly up: the chicken reaches the top
+        sticky_action_prob=0.2,
+    )
+    assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["fresh"] > 0
+
+
+def test_asterix_is_the_torch_backend(triton_device):
+    # Rows on the brink of a ramp, at both parities of the ramp index.
+    start = {
+        "ramp_timer": torch.tensor([0, 1, 2, 5, 0, 1, 100, 100]),
+        "ramp_index": torch.tensor([0, 1, 2, 3, 7, 8, 0, 0]),
+        "spawn_speed": torch.tensor([10, 3, 2, 2, 1, 5, 10, 10]),
+        "move_speed": torch.tensor([5, 2, 2, 1, 2, 1, 5, 5]),
+    }
+    seen = side_by_side(Asterix, triton_device, steps=240, start=start)
+    assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["fresh"] > 0
+
+
+def test_asterix_without_ramping_and_all_six_actions(triton_device):
+    start = {"ramp_timer": torch.zeros(N, dtype=torch.int64)}
+    seen = side_by_side(
+        Asterix,
+        triton_device,
+        steps=120,
+        start=start,
+        difficulty_ramping=False,
+        minimal_action_set=False,
+        sticky_action_prob=0.5,
+    )
+    assert seen["terminated"] > 0
+
+
+def test_space_invaders_is_the_torch_backend(triton_device):
+    # Rows 0 and 1 clear their wave on the first step (a cannon bullet under the last
+    # alien; row 0's next wave is ramped, row 1's interval is at its floor), rows 2 and 3
+    # have one low alien left, row 4 an alien bullet above the cannon.
+    alien = SpaceInvaders(N).get_state()["alien"]
+    alien[:4] = False
+    for row, (y, x) in enumerate([(5, 5), (5, 5), (8, 4), (9, 7)]):
+        alien[row, y, x] = True
+    f_bullet = torch.zeros(N, 10, 10, dtype=torch.bool)
+    f_bullet[:2, 6, 5] = True
+    e_bullet = torch.zeros(N, 10, 10, dtype=torch.bool)
+    e_bullet[4, 8, 5] = True
+    start = {
+        "alien": alien,
+        "f_bullet": f_bullet,
+        "e_bullet": e_bullet,
+        "enemy_move_interval": torch.tensor([7, 6, 12, 8, 12, 12, 12, 12]),
+        "alien_move_timer": torch.tensor([5, 5, 12, 12, 12, 12, 12, 12]),
+    }
+    seen = side_by_side(
+        SpaceInvaders,
+        triton_device,
+        steps=150,
+        start=start,
+        action_probs=(0.2, 0.2, 0.2, 0.4),  # firing often
+    )
+    assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["fresh"] > 0
+
+
+def trajectory(env, steps: int = 30) -> list[torch.Tensor]:
+    """Everything a seeded run of random actions (finished rows reset) hands out."""
+    generator = torch.Generator().manual_seed(1)
+    seen, reset_mask = [], None
+    for _ in range(steps):
+        action = torch.randint(0, env.single_action_space.n, (env.num_envs,), generator=generator)
+        observ, reward, terminated, _ = env.step(action.to(env.device), reset_mask)
+        seen += [observ, reward, terminated]
+        reset_mask = terminated
+    return seen + list(env.get_state().values())
+
+
+def same(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize(
+    "env_class",
+    # One game in the default run: the seeding code is the base's, the same for each game.
+    [
+        Breakout,
+        *(pytest.param(c, marks=pytest.mark.slow) for c in (Freeway, Asterix, SpaceInvaders)),
+    ],
+)
+def test_triton_backend_is_seeded(triton_device, env_class):
+    def make(seed: int):
+        return env_class(N, device=triton_device, seed=seed, backend="triton")
+
+    first = trajectory(make(3))
+    assert same(first, trajectory(make(3)))
+    assert not same(first, trajectory(make(5)))
+    reseeded = make(4)
+    reseeded.seed(3)  # every row's next fresh start is its first one under seed 3
+    reseeded.reset(torch.arange(N, device=triton_device))
+    assert same(first, trajectory(reseeded))
+
+
+def test_triton_backend_refuses_given_draws(triton_device):
+    env = Breakout(2, device=triton_device, backend="triton")
+    action = torch.zeros(2, dtype=torch.int64, device=triton_device)
+    with pytest.raises(ValueError, match=r"draws=\.\.\. needs backend='torch'"):
+        env.step(action, draws={"sticky": torch.zeros(2, 1)})
+    with pytest.raises(ValueError, match=r"draws=\.\.\. needs backend='torch'"):
+        env.reset(torch.tensor([0]), draws={"ball_start": torch.zeros(1, 1)})
+
+
+def test_seaquest_has_no_kernel_yet():
+    with pytest.raises(NotImplementedError, match=r"no Triton backend yet; use backend='torch'"):
+        Seaquest(4, backend="triton")
