@@ -215,6 +215,7 @@ def spec_for(side: str, workload: str, args: argparse.Namespace) -> dict:
     spec = {"side": side, "workload": workload}
     if side == "batchenv":
         spec["device"] = args.device
+        spec["torch_threads"] = args.torch_threads
     if workload == "stepping":
         return {**spec, "sizes": args.sizes, "seconds": args.seconds}
     spec.update(seeds=SEEDS[workload], seed=args.seed)
@@ -448,6 +449,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--device", default="cpu", help="batchenv's torch device (the JAX side: JAX's default)"
     )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="batchenv's torch threads (0: torch's default for stepping, PPOConfig's choice "
+        "for PPO: one thread for its small CPU programs)",
+    )
     parser.add_argument("--purejaxrl-dir", type=Path, default=CACHE / "purejaxrl")
     parser.add_argument("--timeout", type=int, default=RUN_TIMEOUT_S, help="per run, seconds")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write all runs here")
@@ -460,8 +468,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.sizes = [int(size) for size in args.sizes.split(",")]
     except ValueError:
         parser.error(f"--sizes {args.sizes!r}: expected comma-separated integers, e.g. 256,65536")
-    if args.rounds < 1 or args.seconds <= 0 or min(args.sizes) < 1:
-        parser.error("--rounds, --seconds and every --sizes value must be positive")
+    if args.rounds < 1 or args.seconds <= 0 or min(args.sizes) < 1 or args.torch_threads < 0:
+        parser.error(
+            "--rounds, --seconds and every --sizes value must be positive, --torch-threads >= 0"
+        )
     return args
 
 

@@ -158,6 +158,7 @@ def jax_ppo(spec: dict) -> dict:
         "run_seconds": end - compiled_at,
         "steps_per_second": env_steps / (end - compiled_at),
         "steps_per_update": steps_per_update,
+        "torch_threads": config.threads() or "torch's default",
         "returns": carried_forward(means.T.tolist()),
     }
 
@@ -224,6 +225,8 @@ def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
     import torch
 
     versions = package_versions(["torch", "batchenv", "gymnasium"])
+    if spec.get("torch_threads"):
+        torch.set_num_threads(spec["torch_threads"])
     versions["torch_threads"] = torch.get_num_threads()
     device = torch.device(spec.get("device", "cpu"))
     if device.type == "cuda":
@@ -257,7 +260,10 @@ def batchenv_ppo(spec: dict) -> dict:
     except ImportError as error:
         return {"label": label, "unavailable": f"not available ({error})"}
     config = PPOConfig(
-        **spec["batchenv_config"], seeds=spec["seeds"], device=spec.get("device", "cpu")
+        **spec["batchenv_config"],
+        seeds=spec["seeds"],
+        device=spec.get("device", "cpu"),
+        torch_threads=spec.get("torch_threads") or 0,
     )
     begin = time.perf_counter()
     result = train(config)
@@ -277,6 +283,7 @@ def batchenv_ppo(spec: dict) -> dict:
         "run_seconds": env_steps / rate,
         "steps_per_second": rate,
         "steps_per_update": steps_per_update,
+        "torch_threads": config.threads() or "torch's default",
         "returns": carried_forward(returns.tolist()),
     }
 

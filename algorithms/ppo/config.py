@@ -13,6 +13,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+#: Up to this many env rows a step (all seeds), PPO on a CPU runs on one torch thread. On the
+#: quiet 2-core machine one thread was ~1.3x faster at 4 rows (one seed of the CartPole
+#: preset) and two threads ~1.4x faster at 32 (8 seeds); see benchmarks/RESULTS.md.
+ONE_THREAD_ROWS = 16
+
 
 @dataclass
 class PPOConfig:
@@ -80,9 +85,24 @@ class PPOConfig:
     """On a CUDA device, record one update (rollout and minibatches) as a CUDA graph after
     three eager ones and replay it (batchenv.in_graph.cuda_graph); no effect on a CPU."""
     torch_threads: int = 0
-    """torch.set_num_threads; 0 leaves torch's default."""
+    """torch.set_num_threads (process-wide); 0 picks: one thread on a CPU when a step has at
+    most ONE_THREAD_ROWS env rows over all seeds, else torch's default (see ``threads``)."""
     log_every: int = 10
     """Write a metrics row every this many updates."""
+
+    def threads(self) -> int:
+        """The thread count ``train`` sets (0: torch's default is left alone).
+
+        A small program (4 CartPoles a step) is a few dozen kernels of a few dozen elements
+        each. Run on two threads, each of those kernels waits for OpenMP's fork and join,
+        and for the other thread whenever another process holds the second core. On this
+        project's 2-core machine with another process running, PPO's CartPole preset fell
+        from ~40k steps/s to ~2k that way (benchmarks/RESULTS.md).
+        """
+        if self.torch_threads:
+            return self.torch_threads
+        on_cpu = self.device.split(":")[0] == "cpu"
+        return 1 if on_cpu and self.num_envs * self.seeds <= ONE_THREAD_ROWS else 0
 
     @property
     def batch_size(self) -> int:

@@ -196,8 +196,8 @@ def train(
 ) -> PPOResult:
     """Train ``config.seeds`` PPO agents; ``on_update(update, returns [K], losses)`` after each."""
     config.check()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    if config.threads():
+        torch.set_num_threads(config.threads())
     env = make_env(config)
     ppo = make_ppo(config, env)
     updates = Updates(config, env, ppo)

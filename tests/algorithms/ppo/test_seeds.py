@@ -54,3 +54,14 @@ def test_seeds_share_no_state():
         results.append(run.params)
     assert torch.equal(results[0][0], results[1][0])
     assert not torch.equal(results[0][1], results[1][1])
+
+
+def test_small_programs_on_a_cpu_run_on_one_thread():
+    from batchenv.algorithms.ppo.config import ONE_THREAD_ROWS, PPOConfig
+
+    assert PPOConfig().threads() == 1  # 4 CartPoles a step
+    assert PPOConfig(num_envs=ONE_THREAD_ROWS // 2, seeds=2).threads() == 1
+    assert PPOConfig(seeds=8).threads() == 0  # 32 rows: torch's default
+    assert PPOConfig(num_envs=ONE_THREAD_ROWS + 1).threads() == 0
+    assert PPOConfig(device="cuda").threads() == 0
+    assert PPOConfig(torch_threads=2).threads() == 2  # asked for: kept
