@@ -158,7 +158,6 @@ def jax_ppo(spec: dict) -> dict:
         "run_seconds": end - compiled_at,
         "steps_per_second": env_steps / (end - compiled_at),
         "steps_per_update": steps_per_update,
-        "torch_threads": config.threads() or "torch's default",
         "returns": carried_forward(means.T.tolist()),
     }
 
