@@ -317,16 +317,19 @@ def batchenv_rollout(num_envs: int, seconds: float, device, graph: bool = False)
     except ImportError:
         return simulate_loop(env, algo, num_envs, seconds)
     rollout = getattr(rollout, "rollout", rollout)  # the module's function, if not re-exported
-    call = lambda: rollout(env, algo, steps=SCAN_STEPS)  # noqa: E731
     if graph:
         from batchenv.in_graph.cuda_graph import CudaGraphLoop
         from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 
         # The finite check reads a count on the host every step: not recordable (and gymnax
         # checks nothing).
-        batch = InGraphBatchEnv(env, check_finite=False)
-        call = lambda: rollout(batch, algo, steps=SCAN_STEPS)  # noqa: E731
-        call = CudaGraphLoop(call, {"env": batch, "algo": algo})
+        env = InGraphBatchEnv(env, check_finite=False)
+
+    def call():
+        return rollout(env, algo, steps=SCAN_STEPS)
+
+    if graph:
+        call = CudaGraphLoop(call, {"env": env, "algo": algo})
     # A graph's warm-up: 3 eager calls, the recording and the check against an eager call.
     warm_calls = 5 if graph else 3
     compile_seconds, rate = first_call_compile(call, device_sync(device), warm_calls, seconds)

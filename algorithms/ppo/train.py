@@ -196,8 +196,9 @@ def train(
 ) -> PPOResult:
     """Train ``config.seeds`` PPO agents; ``on_update(update, returns [K], losses)`` after each."""
     config.check()
-    if config.threads():
-        torch.set_num_threads(config.threads())
+    threads = config.threads()
+    if threads:
+        torch.set_num_threads(threads)
     env = make_env(config)
     ppo = make_ppo(config, env)
     updates = Updates(config, env, ppo)
