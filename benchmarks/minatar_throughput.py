@@ -79,6 +79,7 @@ def spec_for(side: str, game: str, args: argparse.Namespace) -> dict | None:
             compiled=args.compiled,
             unroll=args.unroll,
             threads=args.torch_threads,
+            triton=args.triton,
         )
     return spec
 
@@ -162,6 +163,9 @@ def table(runs: dict, args: argparse.Namespace) -> list[str]:
     if args.compiled:
         header[3:3] = ["batchenv compiled"]
         header.append("compiled / gymnax")
+    if args.triton:
+        header[3:3] = ["batchenv Triton"]
+        header.append("Triton / gymnax")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for game, by_side in runs.items():
         rates = {side: medians(results, "steps_per_second") for side, results in by_side.items()}
@@ -177,6 +181,10 @@ def table(runs: dict, args: argparse.Namespace) -> list[str]:
             if args.compiled:
                 cells[3:3] = [rate_cell(compiled)]
                 cells.append(ratio_cell(compiled, gymnax))
+            if args.triton:
+                kernel = rate_of(rates["batchenv"], n, "Triton")
+                cells[3:3] = [rate_cell(kernel)]
+                cells.append(ratio_cell(kernel, gymnax))
             lines.append("| " + " | ".join(cells) + " |")
         for side in SIDES:
             failed = [r["error"] for r in by_side[side] if "error" in r]
@@ -226,6 +234,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--compiled",
         action="store_true",
         help="also batchenv's compiled rollout (minutes of compiling per game and N on a CPU)",
+    )
+    parser.add_argument(
+        "--triton",
+        action="store_true",
+        help="also the games' Triton kernels (backend='triton'; a GPU, or Triton's slow interpreter)",
     )
     parser.add_argument("--unroll", type=int, default=1, help="steps per compiled program")
     parser.add_argument(

@@ -99,6 +99,8 @@ def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
     entries = []
     for n in spec["sizes"]:
         entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device))
+        if spec.get("triton"):
+            entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device, "triton"))
         if spec["compiled"]:
             entries.append(
                 batchenv_rollout(spec["game"], n, spec["seconds"], device, spec["unroll"])
@@ -113,12 +115,17 @@ def game_class(game: str):
     return getattr(minatar, GAMES[game][0])
 
 
-def batchenv_eager(game: str, num_envs: int, seconds: float, device) -> dict:
-    """The env alone, eager torch: ``env.step(action, reset_mask=done)`` with pre-drawn random
-    actions, one call per step (the finished rows start afresh instead of stepping)."""
+def batchenv_eager(game: str, num_envs: int, seconds: float, device, backend="torch") -> dict:
+    """The env alone: ``env.step(action, reset_mask=done)`` with pre-drawn random actions, one
+    call per step (the finished rows start afresh instead of stepping), on the game's eager
+    torch ops or (``backend="triton"``) its one Triton kernel per step."""
     import torch
 
-    env = game_class(game)(num_envs, device=device, seed=0)
+    label = f"batchenv {GAMES[game][0]}.step, " + ("eager" if backend == "torch" else "Triton")
+    try:
+        env = game_class(game)(num_envs, device=device, seed=0, backend=backend)
+    except (ValueError, RuntimeError) as error:  # no Triton kernel for the game, or no GPU
+        return {"label": label, "num_envs": num_envs, "unavailable": str(error).splitlines()[0]}
     generator = torch.Generator().manual_seed(0)
     shape = (ACTION_BATCHES, num_envs)
     actions = torch.randint(0, env.single_action_space.n, shape, generator=generator)
@@ -139,7 +146,7 @@ def batchenv_eager(game: str, num_envs: int, seconds: float, device) -> dict:
         sync()
         rate = steady_rate(call, sync, seconds)
     return {
-        "label": f"batchenv {type(env).__name__}.step, eager",
+        "label": label,
         "num_envs": num_envs,
         "compile_seconds": 0.0,
         "steps_per_second": rate * num_envs,
