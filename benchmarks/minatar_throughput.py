@@ -238,7 +238,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--triton",
         action="store_true",
-        help="also the games' Triton kernels (backend='triton'; a GPU, or Triton's slow interpreter)",
+        help="also the games' Triton kernels (backend='triton'; a GPU, or Triton's interpreter)",
     )
     parser.add_argument("--unroll", type=int, default=1, help="steps per compiled program")
     parser.add_argument(

@@ -18,7 +18,8 @@ BETA1, BETA2 = 0.9, 0.999
 def adam_init(params: torch.Tensor) -> dict[str, torch.Tensor]:
     """Zero moments and a step count of 0 (one per run: every agent steps together)."""
     zeros = torch.zeros_like(params)
-    return {"m": zeros, "v": zeros.clone(), "count": torch.zeros((), dtype=torch.float32)}
+    count = torch.zeros((), dtype=torch.float32, device=params.device)
+    return {"m": zeros, "v": zeros.clone(), "count": count}
 
 
 def clip_by_global_norm(grad: torch.Tensor, max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,6 +33,10 @@ What must hold (checked where it can be):
   a device tensor.
 - **The same shapes every call**, and the same tensors in the same places (a path that
   appears, disappears or changes shape is refused).
+- **State on the GPU.** Work on a CPU tensor runs once, while recording, and never again:
+  state on the host that the iteration changes is refused by name. (An attribute that a class
+  lists in ``cuda_graph_host_tokens`` is exempt: a CPU tensor that only orders host calls,
+  such as :class:`~batchenv.in_graph.InGraphBatchEnv`'s ``clock``.)
 - **All state reachable from ``roots``.** A tensor the iteration reads that the walk cannot
   find would be read from its recorded address forever. So the first replay is checked against
   an eager run of the same call (floats within 1e-4 relative, the rest exactly). A difference
@@ -125,6 +129,7 @@ class CudaGraphLoop:
         saved = {path: tensor.clone() for path, tensor in before.items()}
         values = self._values[-1]
         self._record(before)  # runs the Python once (counters advance), no kernels
+        self._refuse_host_state(before, saved)
         self.graph.replay()
         replayed = {path: tensor.clone() for path, tensor in tensor_paths(self.roots).items()}
         for path, tensor in before.items():
@@ -143,6 +148,27 @@ class CudaGraphLoop:
         for path in write_back(before, after):
             assign(self.roots, path, before[path])
         return output
+
+    def _refuse_host_state(
+        self, before: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor]
+    ) -> None:
+        """Refuse state that the iteration changes on the host (a CPU tensor next to GPU
+        work): recording ran that work once, and replays would never run it again."""
+        for path, tensor in before.items():
+            if self.backend.replays(tensor) or _bitwise_equal(tensor, saved[path]):
+                continue
+            parent, key = _parent(self.roots, path)
+            if key in getattr(type(parent), "cuda_graph_host_tokens", ()):
+                continue  # its value orders host calls and is never read
+            for old, value in zip(before.values(), saved.values()):
+                old.copy_(value)
+            self._undo(before)
+            self.graph = None
+            raise GraphCaptureError(
+                f"CudaGraphLoop: state tensor {path} is on the {tensor.device.type} and the "
+                "iteration changes it; a CUDA graph replays only GPU work, so it would keep its "
+                "recorded value: create it on the GPU"
+            )
 
     def _undo(self, before: Mapping[str, torch.Tensor]) -> None:
         """After a failed recording: the state as it was (nothing of the iteration ran)."""
@@ -193,6 +219,11 @@ class CudaBackend:
 
     def capture(self, graph: torch.cuda.CUDAGraph) -> Any:
         return torch.cuda.graph(graph)
+
+    @staticmethod
+    def replays(tensor: torch.Tensor) -> bool:
+        """Whether a replay redoes the work on ``tensor`` (GPU work only)."""
+        return tensor.is_cuda
 
     @contextlib.contextmanager
     def eager(self) -> Iterator[None]:
@@ -279,6 +310,13 @@ def _agree(replayed: torch.Tensor, eager: torch.Tensor) -> bool:
     if replayed.is_floating_point() or replayed.is_complex():
         return torch.allclose(replayed, eager, rtol=1e-4, atol=1e-5, equal_nan=True)
     return torch.equal(replayed, eager)
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN equal to NaN."""
+    if a.is_floating_point() or a.is_complex():
+        return torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+    return torch.equal(a, b)
 
 
 def _same(a: Any, b: Any) -> bool:

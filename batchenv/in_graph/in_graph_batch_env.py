@@ -56,6 +56,9 @@ class InGraphBatchEnv:
         tensor([True, True, True, True, True, True, True, True])
     """
 
+    #: CPU tensors that only order host calls (see batchenv.in_graph.cuda_graph).
+    cuda_graph_host_tokens = ("clock",)
+
     def __init__(
         self,
         env: Any,
@@ -110,7 +113,8 @@ class InGraphBatchEnv:
         self.episodes = torch.zeros((), dtype=torch.int64, **zeros)
         # simulate() calls so far: the step counter of the logger.
         self.steps = torch.zeros((), dtype=torch.int64, **zeros)
-        # Mutated by every custom op call, so compiled graphs keep them and their order.
+        # Mutated by every custom op call, so compiled graphs keep them and their order; only
+        # an ordering token (never read), so CudaGraphLoop lets a replay leave it be.
         self.clock = torch.zeros((), dtype=torch.int64)
         self.logger = None
         # Summaries of the running simulate() call, before end_episodes (simulate's own).

@@ -7,6 +7,11 @@ the recorded buffers (whatever they hold now) and Python values are frozen; read
 on the host while recording fails as it does on a GPU. A CUDA stream that records runs
 nothing, so the writes that recording made into tensors older than it are undone at the end.
 Only eager code goes through the dispatcher, so the code under test must run uncompiled.
+
+``host=`` marks tensors that stand for CPU tensors next to a GPU graph (a predicate): ops
+that write one, or read only such tensors, run once while recording and are never replayed
+or undone, as host work during a CUDA capture; an op that reads one into recorded work is
+recorded with that tensor's value at the time (a CUDA kernel takes a CPU scalar by value).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 #: Ops that move a value to the host: not allowed while a CUDA stream records.
 _HOST_READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default}
@@ -35,9 +40,9 @@ class RecordedGraph:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, graph: RecordedGraph) -> None:
+    def __init__(self, graph: RecordedGraph, host) -> None:
         super().__init__()
-        self.graph = graph
+        self.graph, self.host = graph, host
         self.fresh: set[int] = set()  # storages allocated while recording
         self.undo: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -45,6 +50,14 @@ class _Recorder(TorchDispatchMode):
         if func in _HOST_READS:
             raise RuntimeError("operation not permitted when stream is capturing (emulated)")
         kwargs = kwargs or {}
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        on_host = [self.host(t) for t in tensors]
+        if any(self.host(t) for t in _written(func, args, kwargs)) or (tensors and all(on_host)):
+            return func(*args, **kwargs)  # host work: runs now, never again
+        if any(on_host):  # frozen: the value now, as a kernel argument
+            args, kwargs = tree_map(
+                lambda t: t.clone() if _is_host(self.host, t) else t, (args, kwargs)
+            )
         for written in _written(func, args, kwargs):
             if written.untyped_storage().data_ptr() not in self.fresh:
                 self.undo.append((written, written.clone()))
@@ -63,6 +76,10 @@ class _Recorder(TorchDispatchMode):
         return result
 
 
+def _is_host(host, value) -> bool:
+    return isinstance(value, torch.Tensor) and host(value)
+
+
 def _storage(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
@@ -79,7 +96,11 @@ def _written(func, args, kwargs) -> list[torch.Tensor]:
 
 
 class EmulatedBackend:
-    """CudaGraphLoop's backend protocol, on the CPU."""
+    """CudaGraphLoop's backend protocol, on the CPU; ``host(tensor)`` says which tensors play
+    CPU tensors (none by default)."""
+
+    def __init__(self, host=lambda tensor: False) -> None:
+        self.host = host
 
     @staticmethod
     def available() -> bool:
@@ -89,7 +110,10 @@ class EmulatedBackend:
         return RecordedGraph()
 
     def capture(self, graph: RecordedGraph) -> _Recorder:
-        return _Recorder(graph)
+        return _Recorder(graph, self.host)
+
+    def replays(self, tensor: torch.Tensor) -> bool:
+        return not self.host(tensor)
 
     @contextlib.contextmanager
     def eager(self) -> Iterator[None]:

@@ -256,3 +256,60 @@ def test_host_work_in_an_iteration_is_refused_and_the_state_is_left_as_it_was():
     with pytest.raises(GraphCaptureError, match="must not synchronise with the host"):
         loop()
     assert torch.equal(state["x"].cpu(), torch.full((4,), 3.0))
+
+
+def on_host(tensor: torch.Tensor) -> bool:
+    """The emulator's stand-in for a CPU tensor next to GPU work: float64 ones."""
+    return tensor.dtype == torch.float64
+
+
+def test_state_the_iteration_changes_on_the_host_is_refused_by_name():
+    # Adam's step count kept on the CPU: recording would bake its value into the graph.
+    state = {"x": torch.zeros(2), "count": torch.zeros((), dtype=torch.float64)}
+
+    def iteration():
+        state["count"] = state["count"] + 1
+        state["x"] = state["x"] + state["count"].float()
+
+    loop = CudaGraphLoop(iteration, {"opt": state}, backend=EmulatedBackend(host=on_host))
+    for _ in range(3):
+        loop()
+    with pytest.raises(GraphCaptureError, match=r"state tensor opt.count is on the cpu and the"):
+        loop()
+    assert float(state["count"]) == 3.0 and torch.equal(state["x"], torch.full((2,), 6.0))
+    loop_again = CudaGraphLoop(iteration, {"opt": state}, backend=EmulatedBackend())
+    for _ in range(4):  # on the device, the same iteration replays
+        loop_again()
+    assert float(state["count"]) == 7.0 and torch.equal(state["x"], torch.full((2,), 28.0))
+
+
+def test_a_host_token_that_only_orders_calls_is_left_out_of_the_check():
+    class Env:
+        cuda_graph_host_tokens = ("clock",)
+
+        def __init__(self):
+            self.clock = torch.zeros((), dtype=torch.float64)  # "on the host"
+            self.x = torch.zeros(2)
+
+    env = Env()
+
+    def iteration():
+        env.clock += 1  # host work: runs once while recording
+        env.x = env.x + 1
+
+    loop = CudaGraphLoop(iteration, {"env": env}, backend=EmulatedBackend(host=on_host))
+    for _ in range(6):
+        loop()
+    assert torch.equal(env.x, torch.full((2,), 6.0))
+
+
+def test_every_ppo_state_tensor_lives_on_the_training_device():
+    from batchenv.algorithms.ppo import PPOConfig
+    from batchenv.algorithms.ppo.train import make_env, make_ppo
+
+    # The meta device builds the state without computing it; only the env's host token is off it.
+    config = PPOConfig(total_timesteps=512 * 7, compile=False, device="meta")
+    env = make_env(config)
+    paths = tensor_paths({"env": env, "ppo": make_ppo(config, env)})
+    assert "ppo.opt_state.count" in paths
+    assert [path for path, t in paths.items() if t.device.type != "meta"] == ["env.clock"]
