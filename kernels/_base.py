@@ -79,8 +79,10 @@ class KernelEnv:
     """A batch of ``num_envs`` copies of one env with a torch and a triton backend; see the
     module docstring for the tensors, the hooks and the backends."""
 
-    #: Whether ``seed`` may be a list of ints, one per equal block of rows (torch backend).
+    #: Whether ``seed`` may be a list of ints, one per equal block of rows (torch backend,
+    #: and the triton backend where ``triton_seed_blocks``).
     seed_blocks: bool = False
+    triton_seed_blocks: bool = False
     #: Truncated once ``elapsed >= max_episode_steps`` (Gymnasium's TimeLimit); None: never.
     max_episode_steps: int | None
     #: Uniforms one draw event of a row takes (the width of ``_uniforms``).
@@ -124,11 +126,12 @@ class KernelEnv:
                 not seed
                 or any(isinstance(s, bool) or not isinstance(s, int) for s in seed)
                 or num_envs % len(seed)
-                or backend != "torch"
+                or (backend != "torch" and not self.triton_seed_blocks)
             ):
+                backends = "" if self.triton_seed_blocks else " and backend='torch'"
                 raise ValueError(
                     f"{name}(seed={seed!r}): a list of seeds needs ints, num_envs divisible "
-                    f"by their number and backend='torch'"
+                    f"by their number{backends}"
                 )
             self._block = num_envs // len(seed)
             seed = list(seed)
@@ -421,7 +424,8 @@ class KernelEnv:
             action = action.contiguous()
         else:  # never read or written (STEP is False); any pointer of the right kind will do
             reward, terminated, truncated, action = observ, self.elapsed, self.elapsed, self.elapsed
-        key_lo, key_hi = _triton.split_key(self._seed)
+        # Philox's key (per-block seeds: the kernel keys its draws itself, MinAtar's way)
+        key_lo, key_hi = _triton.split_key(self._seed) if self._block is None else (0, 0)
         grid, options = self._kernel_options()
         self._triton_kernel()[grid](
             tuple(self.state.values()) if isinstance(self.state, dict) else self.state,

@@ -112,7 +112,10 @@ class MinAtarEnv(KernelEnv):
     #: The triton backend's ``(load, store, initial, act, select, observe)`` device
     #: functions (``_kernel.py`` says what each does); None: no triton backend.
     triton_functions: tuple[Any, ...] | None = None
+    #: Most rows per Triton program (a power of two; games with big tiles take fewer).
+    triton_block = 64
     seed_blocks = True
+    triton_seed_blocks = True  # the kernel hashes each row under its block's key
     random_steps = True  # the sticky action, and the games' own events
     elapsed_dtype = torch.int64
     observation_dtype = torch.bool
@@ -233,6 +236,10 @@ class MinAtarEnv(KernelEnv):
 
     def _prepare(self) -> None:
         self._action_table = torch.tensor(self._actions(), dtype=torch.int64, device=self.device)
+        if self.backend == "triton":  # the kernel's draws, rewritten by every launch
+            self._scratch = torch.empty(
+                self.num_envs, self.draws, dtype=torch.float32, device=self.device
+            )
 
     def _fresh_state(
         self, rows: torch.Tensor, u: dict[str, torch.Tensor]
@@ -274,19 +281,22 @@ class MinAtarEnv(KernelEnv):
         return None if self.triton_functions is None else step_kernel
 
     def _kernel_options(self) -> tuple[tuple[int, ...], dict[str, Any]]:
-        # Rows per program: at most 64 (a Breakout row holds a 128-cell tile per grid; not
-        # tuned on a GPU). The uniforms are the torch backend's, at the rows' counts.
-        block = min(_triton.env_block(self.num_envs), 64)
+        # Rows per program: at most triton_block (a Breakout row holds a 128-cell tile per
+        # grid; not tuned on a GPU). The kernel draws the torch backend's uniforms itself, at
+        # the rows' counts, into a scratch buffer kept between calls.
+        block = min(_triton.env_block(self.num_envs), self.triton_block)
         load, store, initial, act, select, observe = self.triton_functions
-        uniforms = KernelEnv._uniforms(self, self._everyone()).contiguous()
         return (_triton.triton.cdiv(self.num_envs, block),), {
-            "u_ptr": uniforms,
+            "key_ptr": self._key.reshape(-1),
+            "u_ptr": self._scratch,
             "action_table_ptr": self._action_table,
             "sticky_prob": self.sticky_action_prob,
             "N": self.num_envs,
             "MAX_STEPS": self.max_episode_steps or 0,
             "BLOCK": block,
             "DRAWS": self.draws,
+            "DRAWS_P2": _triton.triton.next_power_of_2(self.draws),
+            "SEED_BLOCK": self._block or 0,
             "STICKY": sum(draw.count for draw in self.reset_draws),
             "RESET_AT": self._reset_column(),
             "FIELDS": len(self.fields),

@@ -18,10 +18,13 @@ for Freeway's cars and Asterix's slots, ``[BLOCK, CELLS]`` for a grid, cell ``y 
 - ``select(mask, a, b)``: per row, ``a`` where ``mask`` else ``b``;
 - ``observe(state, observ_ptr, rows, valid)``: store the bool observation.
 
-The uniforms are the torch backend's own (``KernelEnv._uniforms`` at the rows' counts,
-``[N, draws]`` float32, columns in ``MinAtarEnv._draws`` order), passed in as a tensor, and
-every comparison and product is made in float32 as torch makes it: both backends take the
-same draws and give bit-identical results for one seed.
+The uniforms are the torch backend's own: the kernel computes
+``batchenv.in_graph.counter_rng.counter_uniform`` at the rows' counts (``[N, draws]``, columns
+in ``MinAtarEnv._draws`` order) with the same 32-bit hash in int64, writes them to a scratch
+buffer that the game functions read, and makes every comparison and product in float32 as
+torch makes it: both backends take the same draws and give bit-identical results for one
+seed. (Drawing them with torch ops instead cost ~75 small launches a step, which made a GPU
+step launch-bound.)
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from __future__ import annotations
 from .._triton import add_combine, tl, triton
 
 SIZE = tl.constexpr(10)
+# counter_rng's constants: the low 32 bits, the hash's multiplier, the counter separator.
+MASK = tl.constexpr(0xFFFFFFFF)
+MULTIPLIER = tl.constexpr(0x45D9F3B)
+GOLDEN = tl.constexpr(0x9E3779B)
 #: Cells of a grid tile (the 100 cells, padded to a power of two).
 CELLS = tl.constexpr(128)
 
@@ -44,9 +51,10 @@ def step_kernel(
     reward_ptr,  # [N] float32, out (when STEP)
     terminated_ptr,  # [N] bool, out (when STEP)
     truncated_ptr,  # [N] bool, out (when STEP)
-    key_lo,  # the Philox key (unused: the uniforms come in u_ptr)
+    key_lo,  # the Philox key (unused: the draws use counter_rng's key, key_ptr)
     key_hi,
-    u_ptr,  # [N, DRAWS] float32: the rows' uniforms of this draw event
+    key_ptr,  # int64 counter_rng key: [1], or [N] when seeded per block
+    u_ptr,  # [N, DRAWS] float32 scratch: the rows' uniforms of this draw event
     action_table_ptr,  # [actions] int64: the full-set id of each action
     sticky_prob,  # float32: chance of repeating the previous action
     N: tl.constexpr,  # rows
@@ -55,6 +63,8 @@ def step_kernel(
     RESET: tl.constexpr,  # reset_mask_ptr is given
     BLOCK: tl.constexpr,  # rows per program, a power of two
     DRAWS: tl.constexpr,  # uniforms per row
+    DRAWS_P2: tl.constexpr,  # DRAWS rounded up to a power of two
+    SEED_BLOCK: tl.constexpr,  # rows per seed block (a key per row); 0: one key
     STICKY: tl.constexpr,  # the sticky draw's column (the step's draws follow it)
     RESET_AT: tl.constexpr,  # the column of a fresh start's first draw
     FIELDS: tl.constexpr,  # the game's fields (terminal and last_action follow them)
@@ -77,6 +87,7 @@ def step_kernel(
     kept_last = last  # a fresh start keeps the action taken before this call
     elapsed = tl.load(elapsed_ptr + rows, mask=valid, other=0)
     count = tl.load(restarts_ptr + rows, mask=valid, other=0)
+    draw_uniforms(u_ptr, key_ptr, rows, valid, count, DRAWS, DRAWS_P2, SEED_BLOCK)
     if STEP:
         action = tl.load(action_ptr + rows, mask=valid, other=0)
         action = tl.load(action_table_ptr + action, mask=valid, other=0)
@@ -112,6 +123,38 @@ def step_kernel(
             tl.store(truncated_ptr + rows, elapsed >= MAX_STEPS, mask=valid)
         else:
             tl.store(truncated_ptr + rows, terminal & False, mask=valid)
+
+
+# -- the draws ---------------------------------------------------------------------------------
+
+
+@triton.jit
+def mix32(x):
+    """counter_rng.mix32: a 32-bit hash of int64 ``x`` in [0, 2**32) (no product overflows)."""
+    x = (((x >> 16) ^ x) * MULTIPLIER) & MASK
+    x = (((x >> 16) ^ x) * MULTIPLIER) & MASK
+    return (x >> 16) ^ x
+
+
+@triton.jit
+def draw_uniforms(u_ptr, key_ptr, rows, valid, count, DRAWS, DRAWS_P2, SEED_BLOCK):
+    """Store ``counter_uniform(key, row, count, DRAWS)`` of each row at ``u_ptr`` (row-major
+    ``[N, DRAWS]``): hash(key, row, count, j) as float32 ``(bits >> 8) * 2**-24``. With seed
+    blocks, row r of block b draws as row ``r % SEED_BLOCK`` under block b's key."""
+    row = rows.to(tl.int64)
+    if SEED_BLOCK > 0:
+        key = tl.load(key_ptr + row, mask=valid, other=0)
+        row = row % SEED_BLOCK
+    else:
+        key = tl.load(key_ptr + row * 0)
+    h = mix32(key ^ mix32(row & MASK))
+    h = mix32(h ^ mix32((count * GOLDEN + 1) & MASK))
+    j = tl.arange(0, DRAWS_P2).to(tl.int64)
+    bits = mix32(h[:, None] ^ mix32(j * 2 + 1)[None, :])
+    u = (bits >> 8).to(tl.float32) * (1.0 / 16777216.0)
+    offsets = rows.to(tl.int64)[:, None] * DRAWS + j[None, :]
+    tl.store(u_ptr + offsets, u, mask=valid[:, None] & (j < DRAWS)[None, :])
+    tl.debug_barrier()  # the game functions read them back, in other threads
 
 
 # -- helpers for the games' device functions ------------------------------------------------
@@ -155,6 +198,19 @@ def total(tile, LOG2: tl.constexpr):
 def minimum_combine(a, b):
     """Combine function for minima (:func:`fold`)."""
     return tl.minimum(a, b)
+
+
+@triton.jit
+def any_cell(tile):
+    """bool ``[BLOCK]``: whether a ``[BLOCK, CELLS]`` tile has a True cell."""
+    return total(tile, 7) > 0
+
+
+@triton.jit
+def cell_at(tile, y, x):
+    """``_base.at(tile, y, x)``: the tile's cell at the clamped ``(y, x)`` of each row."""
+    index = tl.minimum(tl.maximum(y, 0), SIZE - 1) * SIZE + tl.minimum(tl.maximum(x, 0), SIZE - 1)
+    return any_cell(tile & (cells()[None, :] == index[:, None]))
 
 
 @triton.jit

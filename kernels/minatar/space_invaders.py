@@ -48,7 +48,7 @@ import torch
 
 from .._triton import maximum_combine, tl, triton
 from ._base import FIRE, LEFT, NOOP, RIGHT, SIZE, MinAtarEnv, at, cell, grid
-from ._kernel import cells, fold, mark, minimum_combine, store_plane, take, total
+from ._kernel import any_cell, cell_at, cells, fold, mark, minimum_combine, store_plane, take, total
 
 _INT = torch.int64
 SHOT_COOL_DOWN = 5
@@ -135,18 +135,6 @@ def _initial_tl(u, valid):  # MinAtar's reset draws nothing
 
 
 @triton.jit
-def _any_tl(tile):
-    return total(tile, 7) > 0
-
-
-@triton.jit
-def _at_tl(tile, y, x):
-    """``at(tile, y, x)``: the tile's cell at the clamped ``(y, x)`` of each row."""
-    index = tl.minimum(tl.maximum(y, 0), _LAST) * 10 + tl.minimum(tl.maximum(x, 0), _LAST)
-    return _any_tl(tile & (cells()[None, :] == index[:, None]))
-
-
-@triton.jit
 def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     """:meth:`SpaceInvaders._act` rule for rule, on a block of rows."""
     pos, alien, f_bullet, e_bullet, alien_dir = state[0], state[1], state[2], state[3], state[4]
@@ -166,16 +154,16 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     # Bullets move one row: the cannon's up (off the top: gone), the aliens' down.
     f_bullet = take(f_bullet, tl.where(where < 90, where + 10, -1))
     e_bullet = take(e_bullet, tl.where((where >= 10) & grid, where - 10, -1))
-    terminal = _at_tl(e_bullet, bottom, pos) | _at_tl(alien, bottom, pos)
+    terminal = cell_at(e_bullet, bottom, pos) | cell_at(alien, bottom, pos)
     # The block moves when its timer is up: sideways, or down and turn at an edge.
     move = move_timer == 0
     count = total(alien, 7).to(tl.int64)
     move_timer = tl.where(move, tl.minimum(count, interval), move_timer)
-    turn = (_any_tl(alien & (x == 0)[None, :]) & (alien_dir < 0)) | (
-        _any_tl(alien & (x == _LAST)[None, :]) & (alien_dir > 0)
+    turn = (any_cell(alien & (x == 0)[None, :]) & (alien_dir < 0)) | (
+        any_cell(alien & (x == _LAST)[None, :]) & (alien_dir > 0)
     )
     down = move & turn
-    terminal = terminal | (down & _any_tl(alien & ((y == _LAST) & grid)[None, :]))
+    terminal = terminal | (down & any_cell(alien & ((y == _LAST) & grid)[None, :]))
     left = take(alien, tl.where(grid, y * 10 + (x + 1) % 10, -1))  # roll(-1, dims=2)
     right = take(alien, tl.where(grid, y * 10 + (x + 9) % 10, -1))  # roll(1, dims=2)
     sideways = tl.where((alien_dir < 0)[:, None], left, right)
@@ -183,7 +171,7 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     moved = tl.where(turn[:, None], lower, sideways)
     alien = tl.where(move[:, None], moved, alien)
     alien_dir = tl.where(down, -alien_dir, alien_dir)
-    terminal = terminal | (move & _at_tl(alien, bottom, pos))
+    terminal = terminal | (move & cell_at(alien, bottom, pos))
     # The aliens fire from the lowest alien of the column nearest the cannon (the nearest
     # occupied column's key |x - pos| * 10 + x is the smallest; none: column 0, no alien).
     shoot = alien_shot_timer == 0
@@ -200,7 +188,7 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     f_bullet = f_bullet & ~kill
     # Timers, then a new wave if this one is gone.
     shot_timer = shot_timer - (shot_timer > 0).to(tl.int64)
-    cleared = ~_any_tl(alien)
+    cleared = ~any_cell(alien)
     ramp = cleared & (interval > _MIN_MOVE_INTERVAL) & RAMPING
     alien = alien | (_wave_tl()[None, :] & cleared[:, None])
     moved_state = (

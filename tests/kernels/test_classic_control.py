@@ -403,3 +403,5 @@ def test_seeds_per_block_are_lone_envs(name):
             env.reset_where(part)
     with pytest.raises(ValueError, match="num_envs divisible"):
         cls(num_envs=5, seed=[1, 2])
+    with pytest.raises(ValueError, match="by their number and backend='torch'"):
+        cls(num_envs=4, seed=[1, 2], backend="triton")  # Philox keys one seed per kernel

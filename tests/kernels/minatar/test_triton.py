@@ -157,6 +157,65 @@ def test_space_invaders_is_the_torch_backend(triton_device):
     assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["fresh"] > 0
 
 
+def test_seaquest_is_the_torch_backend(triton_device):
+    # Rows about to surface with 6, 2, 3 and -1 (MinAtar's quirk) divers on board, one low on
+    # oxygen, two spawning an enemy every step with fast enemies, one at an odd ramp index.
+    def column(values):
+        return torch.tensor(values)
+
+    start = {
+        "sub_y": column([1, 1, 5, 4, 1, 4, 1, 3]),
+        "surface": column([False] * 8),
+        "diver_count": column([6, 2, 0, 0, 3, 0, -1, 1]),
+        "oxygen": column([150, 50, 3, 200, 120, 200, 90, 200]),
+        "e_spawn_speed": column([20, 20, 20, 1, 2, 20, 20, 1]),
+        "e_spawn_timer": column([5, 5, 5, 0, 0, 5, 5, 0]),
+        "d_spawn_timer": column([9, 9, 9, 9, 9, 0, 9, 0]),
+        "move_speed": column([5, 5, 5, 1, 3, 5, 5, 2]),
+        "ramp_index": column([0, 0, 0, 0, 3, 0, 0, 0]),
+    }
+    seen = side_by_side(
+        Seaquest,
+        triton_device,
+        steps=160,
+        start=start,
+        action_probs=(0.1, 0.15, 0.3, 0.15, 0.1, 0.2),  # often up (surfacing) and firing
+    )
+    assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["fresh"] > 0
+
+
+def test_seaquest_fights_and_rescues_as_the_torch_backend(triton_device):
+    # Deep below, firing often: bullets in flight toward fish and subs on the sub's row,
+    # divers at and next to the sub, enemies spawning every step and moving fast.
+    base = Seaquest(N).get_state()
+    fish, esub, diver, bullet = base["fish"], base["esub"], base["diver"], base["bullet"]
+    bullet[:, 0] = torch.tensor([1, 6, 4, 1])  # alive, x, y, right: toward column 7
+    fish[:4, 0] = torch.tensor([1, 7, 4, 0, 0])  # alive, x, y, right, move timer
+    esub[2:6, 0] = torch.tensor([1, 7, 4, 0, 1, 0])  # ... and a shot timer at 0: it fires
+    esub[6:, 0] = torch.tensor([1, 8, 4, 0, 0, 3])
+    diver[:, 0] = torch.tensor([1, 5, 4, 1, 2])  # under the sub: picked up
+    diver[:, 1] = torch.tensor([1, 6, 4, 0, 0])  # moves onto the sub
+    start = {
+        "sub_y": torch.full((N,), 4),
+        "surface": torch.zeros(N, dtype=torch.bool),
+        "fish": fish,
+        "esub": esub,
+        "diver": diver,
+        "bullet": bullet,
+        "e_spawn_speed": torch.tensor([1, 1, 1, 1, 3, 3, 20, 20]),
+        "e_spawn_timer": torch.zeros(N, dtype=torch.int64),
+        "move_speed": torch.tensor([1, 1, 2, 2, 3, 5, 5, 5]),
+    }
+    seen = side_by_side(
+        Seaquest,
+        triton_device,
+        steps=160,
+        start=start,
+        action_probs=(0.15, 0.2, 0.02, 0.2, 0.03, 0.4),
+    )
+    assert seen["reward"] > 0 and seen["terminated"] > 0 and seen["fresh"] > 0
+
+
 def trajectory(env, steps: int = 30) -> list[torch.Tensor]:
     """Everything a seeded run of random actions (finished rows reset) hands out."""
     generator = torch.Generator().manual_seed(1)
@@ -178,7 +237,10 @@ def same(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
     # One game in the default run: the seeding code is the base's, the same for each game.
     [
         Breakout,
-        *(pytest.param(c, marks=pytest.mark.slow) for c in (Freeway, Asterix, SpaceInvaders)),
+        *(
+            pytest.param(c, marks=pytest.mark.slow)
+            for c in (Freeway, Asterix, SpaceInvaders, Seaquest)
+        ),
     ],
 )
 def test_triton_backend_is_seeded(triton_device, env_class):
@@ -194,6 +256,18 @@ def test_triton_backend_is_seeded(triton_device, env_class):
     assert same(first, trajectory(reseeded))
 
 
+def test_triton_backend_seeded_per_block_draws_as_the_torch_backend(triton_device):
+    # Two seeds in one env: the kernel hashes each row under its block's key, at its row
+    # within the block, as the torch backend does.
+    def make(backend: str):
+        return Breakout(N, device=triton_device, seed=[3, 11], backend=backend)
+
+    assert same(trajectory(make("triton")), trajectory(make("torch")))
+    assert not same(
+        trajectory(make("triton")), trajectory(Breakout(N, device=triton_device, seed=3))
+    )
+
+
 def test_triton_backend_refuses_given_draws(triton_device):
     env = Breakout(2, device=triton_device, backend="triton")
     action = torch.zeros(2, dtype=torch.int64, device=triton_device)
@@ -201,8 +275,3 @@ def test_triton_backend_refuses_given_draws(triton_device):
         env.step(action, draws={"sticky": torch.zeros(2, 1)})
     with pytest.raises(ValueError, match=r"draws=\.\.\. needs backend='torch'"):
         env.reset(torch.tensor([0]), draws={"ball_start": torch.zeros(1, 1)})
-
-
-def test_seaquest_has_no_kernel_yet():
-    with pytest.raises(NotImplementedError, match=r"no Triton backend yet; use backend='torch'"):
-        Seaquest(4, backend="triton")
