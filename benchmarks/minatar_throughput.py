@@ -164,8 +164,8 @@ def table(runs: dict, args: argparse.Namespace) -> list[str]:
         header[3:3] = ["batchenv compiled"]
         header.append("compiled / gymnax")
     if args.triton:
-        header[3:3] = ["batchenv Triton"]
-        header.append("Triton / gymnax")
+        header[3:3] = ["batchenv Triton", "Triton, CUDA graph"]
+        header += ["Triton / gymnax", "graph / gymnax"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for game, by_side in runs.items():
         rates = {side: medians(results, "steps_per_second") for side, results in by_side.items()}
@@ -183,8 +183,9 @@ def table(runs: dict, args: argparse.Namespace) -> list[str]:
                 cells.append(ratio_cell(compiled, gymnax))
             if args.triton:
                 kernel = rate_of(rates["batchenv"], n, "Triton")
-                cells[3:3] = [rate_cell(kernel)]
-                cells.append(ratio_cell(kernel, gymnax))
+                graphed = rate_of(rates["batchenv"], n, "CUDA graph")  # CUDA only
+                cells[3:3] = [rate_cell(kernel), rate_cell(graphed)]
+                cells += [ratio_cell(kernel, gymnax), ratio_cell(graphed, gymnax)]
             lines.append("| " + " | ".join(cells) + " |")
         for side in SIDES:
             failed = [r["error"] for r in by_side[side] if "error" in r]
@@ -238,7 +239,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--triton",
         action="store_true",
-        help="also the games' Triton kernels (backend='triton'; a GPU, or Triton's interpreter)",
+        help="also the games' Triton kernels (backend='triton'; a GPU, or Triton's "
+        "interpreter), and on CUDA those steps replayed as one CUDA graph per call",
     )
     parser.add_argument("--unroll", type=int, default=1, help="steps per compiled program")
     parser.add_argument(

@@ -101,6 +101,8 @@ def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
         entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device))
         if spec.get("triton"):
             entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device, "triton"))
+            if device.type == "cuda":
+                entries.append(batchenv_graphed(spec["game"], n, spec["seconds"], device))
         if spec["compiled"]:
             entries.append(
                 batchenv_rollout(spec["game"], n, spec["seconds"], device, spec["unroll"])
@@ -150,6 +152,44 @@ def batchenv_eager(game: str, num_envs: int, seconds: float, device, backend="to
         "num_envs": num_envs,
         "compile_seconds": 0.0,
         "steps_per_second": rate * num_envs,
+    }
+
+
+def batchenv_graphed(game: str, num_envs: int, seconds: float, device) -> dict:
+    """The Triton step called ``steps_per_call(N)`` times (pre-drawn actions, finished rows
+    started afresh), recorded once as a CUDA graph (``CudaGraphLoop``) and replayed: one
+    launch per call instead of one per step."""
+    import torch
+
+    from batchenv.in_graph.cuda_graph import CudaGraphLoop, GraphCaptureError
+
+    steps = steps_per_call(num_envs)
+    label = f"batchenv {GAMES[game][0]}.step, kernel steps as one CUDA graph per {steps}"
+    try:
+        env = game_class(game)(num_envs, device=device, seed=0, backend="triton")
+    except (ValueError, RuntimeError) as error:
+        return {"label": label, "num_envs": num_envs, "unavailable": str(error).splitlines()[0]}
+    generator = torch.Generator().manual_seed(0)
+    shape = (steps, num_envs)
+    actions = torch.randint(0, env.single_action_space.n, shape, generator=generator)
+    carry = {"actions": actions.to(device), "done": torch.zeros(num_envs, dtype=torch.bool)}
+    carry["done"] = carry["done"].to(device)
+
+    def call():
+        for step in range(steps):
+            _, _, terminated, truncated = env.step(carry["actions"][step], carry["done"])
+            carry["done"] = terminated | truncated
+
+    try:  # 3 eager calls, the recording and its check against an eager call
+        loop = CudaGraphLoop(call, {"env": env, "carry": carry})
+        compile_seconds, rate = first_call_compile(loop, device_sync(device), 5, seconds)
+    except GraphCaptureError as error:
+        return {"label": label, "num_envs": num_envs, "unavailable": str(error).splitlines()[0]}
+    return {
+        "label": label,
+        "num_envs": num_envs,
+        "compile_seconds": compile_seconds,
+        "steps_per_second": rate * steps * num_envs,
     }
 
 
