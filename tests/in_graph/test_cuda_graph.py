@@ -152,6 +152,28 @@ def test_emulated_replays_of_ppo_train_exactly_as_eager_updates():
             assert torch.equal(a.terms[name], b.terms[name]), name
 
 
+def test_emulated_replays_of_ppo_on_minatar_breakout_equal_eager_updates():
+    """The MinAtar kernel env's state (its dict of game fields, draw counters, action table)
+    is all under the roots: replayed updates equal eager ones."""
+    from batchenv.algorithms.ppo import PPOConfig
+    from batchenv.algorithms.ppo.config import PRESETS
+    from batchenv.algorithms.ppo.train import Updates, make_env, make_ppo
+
+    small = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1, compile=False)
+    config = PPOConfig(**{**PRESETS["minatar-breakout"], **small, "total_timesteps": 64 * 6})
+
+    def run(replayed: bool):
+        env = make_env(config)
+        ppo = make_ppo(config, env)
+        updates = Updates(config, env, ppo, backend=EmulatedBackend() if replayed else None)
+        return [updates() for _ in range(config.num_updates)], ppo
+
+    (plain, plain_ppo), (replayed, replayed_ppo) = run(False), run(True)
+    assert torch.equal(replayed_ppo.params, plain_ppo.params)
+    for a, b in zip(plain, replayed):
+        assert torch.equal(a.score, b.score) and torch.equal(a.done, b.done)
+
+
 def test_emulated_recording_refuses_host_reads_and_leaves_the_state_as_it_was():
     state = {"x": torch.zeros(4)}
 
