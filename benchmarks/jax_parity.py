@@ -12,7 +12,9 @@ Workloads (``--only`` picks some; default all), each run once per round on both 
 * ``stepping``: CartPole-v1 with random actions at N = 256 and 65,536 envs: gymnax's step in
   a ``lax.scan`` of 64 steps against ``batchenv.in_graph.rollout(env, algo, steps=64)``
   (``torch.compile(simulate)`` called 64 times where ``rollout`` does not exist yet, and
-  labelled so), the compiled ``CartPole.step`` alone, and Gymnasium's NumPy vector env.
+  labelled so), the same rollout without ``InGraphBatchEnv``'s per-step finite check
+  (gymnax checks nothing; on CUDA this row replays each call as one CUDA graph), the
+  compiled ``CartPole.step`` alone, and Gymnasium's NumPy vector env.
 
 Every run is a fresh interpreter (``jax_parity_child.py`` in this folder) in a scratch
 working directory: the JAX side with the JAX venv's python, ours with this python and an

@@ -235,11 +235,9 @@ def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
         for n in spec["sizes"]:
             entries += [
                 batchenv_rollout(n, spec["seconds"], device),
-                *(
-                    [batchenv_rollout(n, spec["seconds"], device, graph=True)]
-                    if device.type == "cuda"
-                    else []
-                ),
+                # gymnax checks nothing: the same rollout without the finite check, replayed
+                # as one CUDA graph on a GPU
+                batchenv_rollout(n, spec["seconds"], device, check_finite=False),
                 batchenv_step(n, spec["seconds"], device),
                 gymnasium_vector(n, spec["seconds"]),
             ]
@@ -303,11 +301,13 @@ def device_sync(device) -> Callable[[], None]:
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
-def batchenv_rollout(num_envs: int, seconds: float, device, graph: bool = False) -> dict:
+def batchenv_rollout(num_envs: int, seconds: float, device, check_finite: bool = True) -> dict:
     """``batchenv.in_graph.rollout(env, algo, steps=SCAN_STEPS)``: the in-graph counterpart of
     the gymnax scan (reset of finished rows, random actions, score and length bookkeeping).
     Where ``rollout`` is missing: ``torch.compile(simulate)`` called SCAN_STEPS times.
-    ``graph``: each call replays the rollout as one CUDA graph (``CudaGraphLoop``)."""
+    ``check_finite=False``: without InGraphBatchEnv's per-step check of non-finite values,
+    and on CUDA each call replays the rollout as one CUDA graph (``CudaGraphLoop``; the check
+    reads a count on the host, which a graph cannot record)."""
     from batchenv.kernels import CartPole
 
     env = CartPole(num_envs=num_envs, seed=0, device=device)
@@ -317,36 +317,30 @@ def batchenv_rollout(num_envs: int, seconds: float, device, graph: bool = False)
     except ImportError:
         return simulate_loop(env, algo, num_envs, seconds)
     rollout = getattr(rollout, "rollout", rollout)  # the module's function, if not re-exported
-    if graph:
-        from batchenv.in_graph.cuda_graph import CudaGraphLoop
+    graph = not check_finite and device.type == "cuda"
+    if not check_finite:
         from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 
-        # The finite check reads a count on the host every step: not recordable (and gymnax
-        # checks nothing).
         env = InGraphBatchEnv(env, check_finite=False)
 
     def call():
         return rollout(env, algo, steps=SCAN_STEPS)
 
     if graph:
+        from batchenv.in_graph.cuda_graph import CudaGraphLoop
+
         call = CudaGraphLoop(call, {"env": env, "algo": algo})
     # A graph's warm-up: 3 eager calls, the recording and the check against an eager call.
     warm_calls = 5 if graph else 3
     compile_seconds, rate = first_call_compile(call, device_sync(device), warm_calls, seconds)
     return {
         "label": f"batchenv rollout(steps={SCAN_STEPS})"
-        + (", CUDA graph, no finite check" if graph else ""),
+        + (", CUDA graph" if graph else "")
+        + ("" if check_finite else ", no finite check"),
         "num_envs": num_envs,
         "compile_seconds": compile_seconds,
         "steps_per_second": rate * SCAN_STEPS * num_envs,
     }
-
-
-def graphed_rollout(num_envs: int, seconds: float, device) -> list[dict]:
-    """On CUDA, the rollout row again with a CUDA graph; nothing on a CPU."""
-    return (
-        [batchenv_rollout(num_envs, seconds, device, graph=True)] if device.type == "cuda" else []
-    )
 
 
 def simulate_loop(env, algo, num_envs: int, seconds: float) -> dict:
