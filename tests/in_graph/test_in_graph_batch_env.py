@@ -195,3 +195,23 @@ def test_float64_observations_of_a_batch_env_become_float32():
     assert torch.equal(observ, torch.from_numpy(expected))
     simulate(env, batchenv.RandomAlgorithm(env.single_action_space, seed=0))
     assert env.observ.dtype == torch.float32
+
+
+def test_bool_observations_are_not_checked_after_their_cast_but_rewards_are(monkeypatch):
+    # MinAtar's grids are bool: as float32 they cannot be non-finite, and checking 400 floats
+    # a row cost half of a compiled Breakout step.
+    import batchenv.in_graph.in_graph_batch_env as module
+    from batchenv.kernels.minatar import Breakout
+
+    checked = []
+
+    def record(clock, tensors, names, rows):
+        checked.append(names)
+
+    monkeypatch.setattr(module, "_check_finite", record)
+    env = InGraphBatchEnv(Breakout(4, seed=0))
+    env.reset(torch.arange(4))
+    env.reset_where(torch.ones(4, dtype=torch.bool))
+    observ, *_ = env.step(torch.zeros(4, dtype=torch.int64))
+    assert observ.dtype == torch.float32
+    assert checked == ["action,reward"]
