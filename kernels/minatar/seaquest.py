@@ -423,24 +423,17 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     row = 1 + (tl.load(u + 2, mask=valid, other=0.0) * 8).to(tl.int64)
     clash = _any_slot(esub[0] & (esub[2] == row[:, None]) & (esub[3] != right[:, None]))
     clash = clash | _any_slot(fish[0] & (fish[2] == row[:, None]) & (fish[3] != right[:, None]))
-    x_new = tl.where(right, 0, _LAST)
-    new = _end_slot(esub[0], spawn & ~clash & sub)
-    esub = (
-        esub[0] | new,
-        tl.where(new, x_new[:, None], esub[1]),
-        tl.where(new, row[:, None], esub[2]),
-        tl.where(new, right[:, None], esub[3]),
-        tl.where(new, move_speed[:, None], esub[4]),
-        tl.where(new, _ENEMY_SHOT_INTERVAL, esub[5]),
+    # The new enemy's columns (a fish takes the first five; a sub also its shot timer).
+    enemy = (
+        spawn[:, None],
+        tl.where(right, 0, _LAST)[:, None],
+        row[:, None],
+        right[:, None],
+        move_speed[:, None],
+        move_speed[:, None] * 0 + _ENEMY_SHOT_INTERVAL,
     )
-    new = _end_slot(fish[0], spawn & ~clash & ~sub)
-    fish = (
-        fish[0] | new,
-        tl.where(new, x_new[:, None], fish[1]),
-        tl.where(new, row[:, None], fish[2]),
-        tl.where(new, right[:, None], fish[3]),
-        tl.where(new, move_speed[:, None], fish[4]),
-    )
+    esub = _choose_slot(_end_slot(esub[0], spawn & ~clash & sub), enemy, esub, 6)
+    fish = _choose_slot(_end_slot(fish[0], spawn & ~clash & ~sub), enemy, fish, 5)
     e_spawn_timer = tl.where(spawn, e_spawn_speed, e_spawn_timer)
     spawn = d_spawn_timer == 0
     right = tl.load(u + 3, mask=valid, other=0.0) < 0.5
