@@ -118,9 +118,8 @@ def make_env(config: PPOConfig) -> InGraphBatchEnv:
         env = cls(num_envs=config.num_envs * config.seeds, seed=seeds, **options)
     else:
         env = StackedEnv([cls(num_envs=config.num_envs, seed=s, **options) for s in seeds])
-    # Finite values are checked by the kernels' own tests; a per-step host check would cost
-    # a synchronising op in every compiled step.
-    return InGraphBatchEnv(env, check_finite=False)
+    # rollout() checks for non-finite values once per update (tensor code in the steps).
+    return InGraphBatchEnv(env)
 
 
 def make_ppo(config: PPOConfig, env: InGraphBatchEnv) -> PPO:
@@ -186,6 +185,7 @@ class Updates:
             warnings.warn(f"PPO runs without a CUDA graph: {error}", stacklevel=2)
             self.loop = None
             return self.iteration()
+        self.env.raise_if_nonfinite()  # a recorded rollout() leaves its check to the caller
         terms = {name: value.clone() for name, value in out.terms.items()}
         return UpdateResult(out.returns.clone(), terms, out.done.clone(), out.score.clone())
 

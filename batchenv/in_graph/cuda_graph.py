@@ -186,10 +186,15 @@ class CudaGraphLoop:
             return self.fn()
 
     def _record(self, before: Mapping[str, torch.Tensor]) -> None:
+        global _RECORDING
         graph = self.backend.graph()
         try:
             with self.backend.capture(graph):
-                output = self.fn()
+                _RECORDING += 1
+                try:
+                    output = self.fn()
+                finally:
+                    _RECORDING -= 1
                 after = tensor_paths(self.roots)
                 check_same_layout(before, after)
                 rebound = write_back(before, after)
@@ -201,12 +206,25 @@ class CudaGraphLoop:
             raise GraphCaptureError(
                 f"CudaGraphLoop: the iteration cannot be recorded as a CUDA graph ({error}); "
                 "it must not synchronise with the host (.item(), printing tensors, "
-                "`if tensor:`, torch.tensor(..., device='cuda') of Python values, an "
-                "InGraphBatchEnv's finite check: make it with check_finite=False)"
+                "`if tensor:`, torch.tensor(..., device='cuda') of Python values, "
+                "simulate()'s per-step finite check: use rollout(), whose check is deferred, "
+                "or check_finite=False)"
             ) from error
         for path in rebound:
             assign(self.roots, path, before[path])
         self.graph, self._output = graph, output
+
+
+#: CudaGraphLoop recordings in progress (nested never, but counted).
+_RECORDING = 0
+
+
+def recording() -> bool:
+    """Whether a CUDA graph is being recorded, by a CudaGraphLoop (on any backend) or on the
+    current CUDA stream: host reads of tensors are not allowed then."""
+    if _RECORDING:
+        return True
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 class CudaBackend:

@@ -32,6 +32,9 @@ import torch
 
 from batchenv.in_graph.env import InGraphEnv
 
+#: What the deferred finite check marks, in the order of ``InGraphBatchEnv.nonfinite``.
+_CHECKED = ("action", "observation", "reward")
+
 _BACKENDS: weakref.WeakValueDictionary[int, _NumpyBackend] = weakref.WeakValueDictionary()
 _HANDLES = itertools.count(1)
 
@@ -47,7 +50,9 @@ class InGraphBatchEnv:
             ``done`` is the env's (every agent has left).
         device: where the state lives (default: the InGraphEnv's device, or CPU).
         check_finite: raise ValueError naming the rows when an action, observation or
-            reward is NaN or infinite (costs one host sync per step on a GPU).
+            reward is NaN or infinite. A ``simulate()`` step checks at once (a host read per
+            step); ``rollout()`` only marks bad rows in tensor code and raises once, at its
+            end (:meth:`raise_if_nonfinite`), so its compiled steps keep no host call.
         seed: NumPy BatchEnv only: seed of the first reset (env ``i`` gets ``seed + i``).
 
     Example:
@@ -116,6 +121,12 @@ class InGraphBatchEnv:
         # Mutated by every custom op call, so compiled graphs keep them and their order; only
         # an ordering token (never read), so CudaGraphLoop lets a replay leave it be.
         self.clock = torch.zeros((), dtype=torch.int64)
+        # The deferred finite check (rollout()): rows with a non-finite action, observation
+        # or reward, and the step of the first (-1: none) since raise_if_nonfinite() last ran.
+        self.nonfinite = torch.zeros((len(_CHECKED), self.num_envs), dtype=torch.bool, **zeros)
+        self.nonfinite_step = torch.full((), -1, dtype=torch.int64, **zeros)
+        #: Set by rollout() while its programs run (read when they are traced).
+        self.defer_check = False
         self.logger = None
         # Summaries of the running simulate() call, before end_episodes (simulate's own).
         self.pending_summaries: dict[str, torch.Tensor] = {}
@@ -165,7 +176,9 @@ class InGraphBatchEnv:
             self._check_shape("reset_where", "observ", fresh, self.num_envs, self.observ_shape)
             check = self.check_finite and fresh.dtype.is_floating_point
             fresh = fresh.to(device=self.device, dtype=self.observ_dtype)
-            if check:
+            if check and self.defer_check:
+                self._mark_nonfinite({"observation": fresh}, mask)
+            elif check:
                 rows = torch.arange(self.num_envs, device=self.device)
                 _check_finite(self.clock, [fresh], "reset observation", rows)
         else:
@@ -218,7 +231,12 @@ class InGraphBatchEnv:
             reward = reward.to(device=self.device, dtype=torch.float32)
             terminated = terminated.to(device=self.device, dtype=torch.bool)
             truncated = truncated.to(device=self.device, dtype=torch.bool)
-            if self.check_finite:
+            if self.check_finite and self.defer_check:
+                checked = {"action": action, "reward": reward}
+                if observ_checked:
+                    checked["observation"] = observ
+                self._mark_nonfinite(checked)
+            elif self.check_finite:
                 rows = torch.arange(self.num_envs, device=self.device)
                 if observ_checked:
                     tensors, names = [action, observ, reward], "action,observation,reward"
@@ -231,6 +249,53 @@ class InGraphBatchEnv:
         self.done = terminated | truncated
         self.truncated = truncated
         return observ, reward, terminated, truncated
+
+    def raise_if_nonfinite(self) -> None:
+        """Raise ValueError for the non-finite values the deferred check has marked.
+
+        ``rollout()`` calls this at its end (one host read). After replaying a recorded CUDA
+        graph of rollouts, call it yourself: a recording skips the read. The marks are
+        cleared (in place) before raising.
+
+            >>> env.raise_if_nonfinite()   # ValueError: non-finite reward in rows [3] ...
+        """
+        if not bool(self.nonfinite.any()):
+            return
+        marks, step = self.nonfinite.to("cpu", copy=True), int(self.nonfinite_step)
+        self.nonfinite.zero_()
+        self.nonfinite_step.fill_(-1)
+        found = [
+            f"{name} in rows {torch.nonzero(rows).flatten().tolist()}"
+            for name, rows in zip(_CHECKED, marks)
+            if bool(rows.any())
+        ]
+        raise ValueError(
+            f"non-finite {'; '.join(found)}, first at step {step} (found by rollout()'s check "
+            "at its end); fix the env or algorithm, or pass check_finite=False to "
+            "InGraphBatchEnv to skip this check"
+        )
+
+    def _mark_nonfinite(
+        self, tensors: dict[str, torch.Tensor], mask: torch.Tensor | None = None
+    ) -> None:
+        """The deferred check: mark the rows (of ``mask``) where a float tensor is not finite.
+
+        Tensor code only, so it fuses into the compiled step; ``tensors`` maps names of
+        ``_CHECKED`` to tensors with the batch axis first.
+        """
+        none = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        bad = []
+        for name in _CHECKED:
+            tensor = tensors.get(name)
+            if tensor is None or not tensor.dtype.is_floating_point:
+                bad.append(none)
+                continue
+            rows = ~torch.isfinite(tensor.reshape(self.num_envs, -1)).all(dim=1)
+            bad.append(rows if mask is None else rows & mask)
+        marks = torch.stack(bad)
+        first = (self.nonfinite_step < 0) & marks.any()
+        self.nonfinite_step = torch.where(first, self.steps + 1, self.nonfinite_step)
+        self.nonfinite = self.nonfinite | marks
 
     def _check_shape(
         self, method: str, what: str, value: torch.Tensor, rows: int, shape: tuple[int, ...]

@@ -17,6 +17,11 @@ What makes a step traceable:
   step (the mask may be all False). One that keeps the index-set form can still run through
   ``simulate()`` step by step; ``rollout()`` refuses it up front, naming the method. An
   algorithm that overrides neither needs nothing.
+- **Non-finite values are checked at the end.** With ``check_finite`` on (the
+  default), a compiled step marks the rows where an action, observation or reward is NaN
+  or infinite in tensor code, and ``rollout()`` reads the marks once when it returns,
+  raising ValueError with the rows and the first step
+  (:meth:`InGraphBatchEnv.raise_if_nonfinite`). ``simulate()`` checks every step.
 - **Every method is plain tensor code**: no ``.item()``, ``print``, ``if tensor:``,
   ``nonzero`` or NumPy. As with ``jax.jit``, Python values the methods read (config
   numbers, flags) are fixed when the program is traced; only tensors are checked on later
@@ -47,6 +52,7 @@ from typing import Any, NamedTuple
 import torch
 
 from batchenv.in_graph.algorithm import Algorithm, Summaries, overrides
+from batchenv.in_graph.cuda_graph import recording
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import (
     _expand,
@@ -108,7 +114,8 @@ def rollout(
         :class:`Rollout` ``(done [T, B], score [T, B], summaries)``.
 
     Raises:
-        ValueError: ``steps`` or ``unroll`` out of range.
+        ValueError: ``steps`` or ``unroll`` out of range; a non-finite action, observation
+            or reward during the rollout (checked once, at the end).
         GraphBreakError: a method takes index sets, or breaks the graph (named with its line).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -121,18 +128,24 @@ def rollout(
     dones, scores = [], []
     done_so_far = 0
     first = True
-    while done_so_far < steps:
-        chunk = min(unroll, steps - done_so_far)
-        forced = bool(reset) and first
-        try:
-            program = _program(batch, algo, compile, chunk, forced)
-            done, score = program(batch, algo, chunk, forced)
-        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:
-            raise _named_break(algo, error) from error
-        dones.append(done)
-        scores.append(score)
-        done_so_far += chunk
-        first = False
+    deferred, batch.defer_check = batch.defer_check, True
+    try:
+        while done_so_far < steps:
+            chunk = min(unroll, steps - done_so_far)
+            forced = bool(reset) and first
+            try:
+                program = _program(batch, algo, compile, chunk, forced)
+                done, score = program(batch, algo, chunk, forced)
+            except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:
+                raise _named_break(algo, error) from error
+            dones.append(done)
+            scores.append(score)
+            done_so_far += chunk
+            first = False
+    finally:
+        batch.defer_check = deferred
+    if batch.check_finite and not recording():  # a recorded graph's caller checks
+        batch.raise_if_nonfinite()
     summaries = _finish(batch, None, log, logger)
     return Rollout(torch.cat(dones), torch.cat(scores), summaries)
 

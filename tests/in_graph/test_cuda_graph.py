@@ -235,8 +235,8 @@ def test_a_replayed_rollout_equals_plain_rollouts(device):
     compiled = device == "cuda"  # the emulator sees eager ops only
 
     def run(graphed: bool) -> list[torch.Tensor]:
-        # The finite check reads a count on the host every step: not recordable.
-        env = InGraphBatchEnv(CartPole(num_envs=64, seed=3, device=device), check_finite=False)
+        # With the finite check on: rollout()'s is tensor code, read after the rollout.
+        env = InGraphBatchEnv(CartPole(num_envs=64, seed=3, device=device))
         algo = RandomAlgorithm(env.single_action_space, seed=3, device=device)
         call = lambda: rollout(env, algo, steps=8, compile=compiled)  # noqa: E731
         roots = {"env": env, "algo": algo}
@@ -247,6 +247,29 @@ def test_a_replayed_rollout_equals_plain_rollouts(device):
 
     for plain, replayed in zip(run(False), run(True)):
         assert torch.equal(plain, replayed)
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=cuda)], ids=["emulated", "cuda"]
+)
+def test_a_nan_in_a_replayed_rollout_is_raised_by_the_check_after_it(device):
+    from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
+    from batchenv.in_graph.rollout import rollout
+    from batchenv.kernels import Pendulum
+    from tests.in_graph.test_rollout import NanAction
+
+    env = InGraphBatchEnv(Pendulum(num_envs=4, seed=0, device=device))
+    algo = NanAction(4, row=3, at=22)  # the 6th call's second step: a replay
+    algo.rows, algo.t = algo.rows.to(device), algo.t.to(device)
+    call = lambda: rollout(env, algo, steps=4, compile=device == "cuda")  # noqa: E731
+    backend = EmulatedBackend() if device == "cpu" else None
+    loop = CudaGraphLoop(call, {"env": env, "algo": algo}, backend=backend)
+    for _ in range(5):
+        loop()
+        env.raise_if_nonfinite()
+    loop()
+    with pytest.raises(ValueError, match=r"^non-finite action in rows \[3\]; .*first at step 22"):
+        env.raise_if_nonfinite()
 
 
 @cuda

@@ -237,3 +237,57 @@ def test_an_envs_compile_options_reach_inductor(monkeypatch):
     assert seen == [{"cpp.simdlen": 1}]
     # MinAtar's games compile without CPU vectorisation (4x slower with it, measured).
     assert MinAtarEnv.compile_options == {"cpp.simdlen": 1}
+
+
+class NanAction(Algorithm):
+    """Zero torques, but NaN in row ``row`` at this algorithm's step ``at`` (1-based)."""
+
+    def __init__(self, num_envs: int, row: int, at: int):
+        self.rows = torch.arange(num_envs)
+        self.row, self.at = row, at
+        self.t = torch.zeros((), dtype=torch.int64)
+
+    def perform(self, observ):
+        self.t = self.t + 1
+        bad = (self.rows == self.row) & (self.t == self.at)
+        return torch.where(bad, float("nan"), 0.0)[:, None]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_rollout_checks_non_finite_values_once_at_its_end(monkeypatch, compiled):
+    import batchenv.in_graph.in_graph_batch_env as module
+
+    per_step = []
+    monkeypatch.setattr(module, "_check_finite", lambda *args: per_step.append(args))
+    env = InGraphBatchEnv(Pendulum(num_envs=4, seed=0))
+    algo = NanAction(4, row=2, at=3)
+    with pytest.raises(ValueError) as caught:
+        rollout(env, algo, steps=8, unroll=4, compile=compiled)
+    # The NaN torque makes the row's next observation and reward NaN too; all 8 steps ran.
+    assert str(caught.value).startswith(
+        "non-finite action in rows [2]; observation in rows [2]; reward in rows [2], "
+        "first at step 3 (found by rollout()'s check at its end)"
+    )
+    assert int(env.steps) == 8 and int(algo.t) == 8
+    assert per_step == []  # no host call inside the steps
+    # The marks were cleared: a clean rollout after it passes, and simulate() checks per step.
+    assert not env.nonfinite.any() and int(env.nonfinite_step) == -1
+    monkeypatch.undo()
+    random = RandomAlgorithm(env.single_action_space, seed=0)
+    rollout(env, random, steps=4, reset=True, compile=compiled)  # new episodes: finite
+    algo.at = int(algo.t) + 1
+    with pytest.raises(ValueError, match=r"^non-finite action in rows \[2\]; fix"):
+        simulate(env, algo)
+
+
+def test_deferred_check_marks_reset_rows_only_and_can_be_off():
+    class NanOutsideMask(MaskedFixedLengthEnv):
+        def reset_where(self, mask):  # rows it does not reset get NaN: not observations
+            return torch.where(mask[:, None], super().reset_where(mask), float("nan"))
+
+    env = InGraphBatchEnv(NanOutsideMask([3, 3]))
+    rollout(env, RandomAlgorithm(env.single_action_space, seed=0), steps=5, compile=False)
+    assert not env.nonfinite.any()
+    env = InGraphBatchEnv(Pendulum(num_envs=4, seed=0), check_finite=False)
+    rollout(env, NanAction(4, row=1, at=2), steps=4, compile=False)
+    assert env.observ[1].isnan().all() and not env.nonfinite.any()
