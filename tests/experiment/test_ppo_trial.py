@@ -13,7 +13,7 @@ import torch
 from batchenv.experiment import run
 from batchenv.experiment.pool import available_cores
 from batchenv.experiment.session import read_checkpoints, run_session
-from batchenv.experiment.spec import load_spec
+from batchenv.experiment.spec import load_spec, read_specs
 from batchenv.experiment.trial import SessionFailedError, TrialRun
 from tests.experiment.toy_trainer import ToyTrainer
 
@@ -139,9 +139,14 @@ def test_a_wrong_env_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("name", ["ppo.yaml", "ppo_minatar.yaml"])
-def test_the_shipped_ppo_specs_load(name):
-    spec = load_spec(SPECS / name)
+MINATAR_SPECS = list(read_specs(SPECS / "ppo_minatar.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("file", "name"), [("ppo.yaml", None)] + [("ppo_minatar.yaml", n) for n in MINATAR_SPECS]
+)
+def test_the_shipped_ppo_specs_load(file, name):
+    spec = load_spec(SPECS / file, name)
     config = spec.make_config(spec.session_seed(0, 0))
     assert spec.meta.sessions == 4
     assert spec.trainer().can_train_together(
