@@ -11,7 +11,7 @@ share TorchBeast's forward signature::
 with ``inputs`` a dict of time-major tensors
 
 - ``"frame"``: ``[T, B, *observation_shape]`` (uint8 frames are scaled by 1/255 inside, bool
-  frames become 0.0 / 1.0),
+  frames become 0.0 / 1.0; the MinAtar net takes its 0/1 cells as they are, bool or uint8),
 - ``"reward"``: ``[T, B]`` (clipped to [-1, 1] inside),
 - ``"done"``: ``[T, B]`` (True where ``frame`` is the first of a new episode; the LSTM state
   is zeroed before that step),
@@ -153,9 +153,12 @@ def _agent_forward(
     inputs: dict[str, torch.Tensor],
     core_state: CoreState,
     frames_last: bool = False,
+    pixels: bool = True,
 ) -> tuple[dict[str, torch.Tensor], CoreState]:
     """Validate ``inputs``, run ``torso`` on the ``[T * B, ...]`` frames, then ``head``.
-    ``frames_last``: the frames are ``(H, W, C)`` and reach ``torso`` as ``(C, H, W)``."""
+    ``frames_last``: the frames are ``(H, W, C)`` and reach ``torso`` as ``(C, H, W)``.
+    ``pixels``: uint8 frames are pixels (0..255, scaled by 1/255); False: they are taken
+    as they are (MinAtar's 0/1 cells, which its gym ids declare as uint8)."""
     missing = [key for key in _INPUT_KEYS if key not in inputs]
     if missing:
         raise ValueError(f"{name}.forward: inputs lack {missing}; expected keys {_INPUT_KEYS}")
@@ -185,7 +188,7 @@ def _agent_forward(
     # frames moves a quarter of the bytes of converting floats.
     if x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
-    x = x.to(dtype).div_(255.0) if x.dtype == torch.uint8 else x.to(dtype)
+    x = x.to(dtype).div_(255.0) if pixels and x.dtype == torch.uint8 else x.to(dtype)
     features = torso(x)
     return head(features, inputs, core_state, time, batch)
 
@@ -372,7 +375,9 @@ class MinAtarNet(nn.Module):
     """The network of the MinAtar paper (Young & Tian 2019, "MinAtar: An Atari-inspired
     testbed for thorough and reproducible reinforcement learning experiments"; its AC(lambda)
     and DQN agents) for MinAtar's ``(10, 10, C)`` observations, channels last as the games
-    give them (bool frames become 0.0 / 1.0).
+    give them. Cells are 0 or 1 whatever their dtype: bool from the in-graph games, uint8
+    from the ``minatar`` package's gym ids (``Box(0, 1, uint8)``); either becomes 0.0 / 1.0,
+    never scaled by 1/255 as Atari pixels are.
 
     Torso: conv 16 3x3 stride 1 without padding + ReLU (10x10 -> 8x8), fully connected 128 +
     ReLU. Then, as every agent here, the core and heads: the features with the clipped reward
@@ -436,4 +441,5 @@ class MinAtarNet(nn.Module):
             inputs,
             core_state,
             frames_last=True,
+            pixels=False,
         )

@@ -86,6 +86,18 @@ def test_bool_frames_are_read_as_zero_one_channels_last() -> None:
     assert torch.equal(outputs["action"].reshape(6), logits.argmax(-1))
 
 
+def test_uint8_cells_are_read_as_zero_one_not_pixels() -> None:
+    """minatar 1.0.15's gym ids declare ``Box(0, 1, bool)``, its repository's later code
+    ``Box(0, 1, uint8)``; IMPALA's slots take that dtype. Either way the net must read the
+    0/1 cells as 0.0 / 1.0, and not divide uint8 cells by 255 as Atari pixels."""
+    net = MinAtarNet((10, 10, 4), 3).eval()
+    inputs = _inputs(2, 3, 4, 3)
+    as_uint8, _ = net({**inputs, "frame": inputs["frame"].to(torch.uint8)})
+    as_bool, _ = net(inputs)
+    torch.testing.assert_close(as_uint8["policy_logits"], as_bool["policy_logits"])
+    torch.testing.assert_close(as_uint8["baseline"], as_bool["baseline"])
+
+
 def test_net_refuses_frames_that_are_not_channels_last_images() -> None:
     with pytest.raises(
         ValueError, match=r"must be MinAtar's channels-last \(H, W, C\), got \(400,\)"
