@@ -216,6 +216,7 @@ def test_spec_file_loads(name: str, env: str, mode: str) -> None:
         50_000,
     )
     assert config.mode == mode and config.model == "auto" and config.entropy_cost == 0.01
+    assert (config.unroll_length, config.batch_size, config.learning_rate) == (20, 8, 0.002)
     spec.trainer().check(config)  # the minatar package is there and the id is known
 
 
