@@ -4,8 +4,11 @@ It wraps either a NumPy :class:`batchenv.BatchEnv` (envs in worker processes or 
 process) or any :class:`~batchenv.in_graph.env.InGraphEnv`, and holds the step state that
 ``simulate()`` reads and writes: ``observ``, ``action``, ``reward``, ``done`` (bool,
 initially all True so the first ``simulate()`` resets every row), ``truncated``, and per row
-``score`` and ``length``. Box observations and actions are float32; Discrete,
-MultiDiscrete and MultiBinary ones int64.
+``score`` and ``length``. Box observations and actions are float32, except that a bool Box
+observation (MinAtar's grids) stays bool: a quarter of the bytes, and a compiled step need
+not convert hundreds of cells a row to floats that the algorithm's first layer converts
+anyway (the built-in algorithms cast to float32 there). Discrete, MultiDiscrete and
+MultiBinary ones are int64.
 
 A NumPy BatchEnv is stepped through the torch custom ops ``batchenv::batch_env_reset`` and
 ``batchenv::batch_env_step``: a compiled ``simulate()`` sees one opaque op per call, with
@@ -329,8 +332,11 @@ def _looks_like_batch_env(env: Any) -> bool:
 
 
 def _layout(space: gym.Space, what: str) -> tuple[tuple[int, ...], torch.dtype]:
-    """Shape of one value and the torch dtype of its batch: Box float32, others int64."""
+    """Shape of one value and the torch dtype of its batch: Box float32 (a bool Box of
+    observations bool), others int64."""
     if isinstance(space, gym.spaces.Box):
+        if what == "observ" and space.dtype == np.bool_:
+            return tuple(space.shape), torch.bool
         return tuple(space.shape), torch.float32
     if isinstance(space, gym.spaces.Discrete):
         return (), torch.int64

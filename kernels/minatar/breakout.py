@@ -13,7 +13,13 @@ State (per row)::
     pos             int64   the paddle's column (row 9)
     strike          bool    the ball hit a brick on the previous step (it then passes
                             through the next brick without breaking it, as in MinAtar)
-    brick           bool [10, 10]
+    brick           int64   the bricks as bits: bit ``y * 10 + x`` is set where one stands
+                            (only rows 1 to 3 ever hold bricks, bits 10 to 39);
+                            :func:`brick_grid` and :func:`brick_bits` convert
+
+The bricks are a bit mask rather than a 10x10 grid: a step then tests, clears and refills
+them with a few integer operations a row instead of three passes over 100 cells, which made
+a compiled step 2.3x faster on a CPU (benchmarks/RESULTS.md).
 
 Observation channels: paddle, ball, trail, brick. Minimal actions: noop, left, right.
 Draws: one uniform per fresh start (MinAtar's ``randint(2)``: the ball starts at the left
@@ -37,27 +43,24 @@ import numpy as np
 import torch
 
 from .._triton import tl, triton
-from ._base import LEFT, NOOP, RIGHT, SIZE, Draw, MinAtarEnv, at, cell, grid, paint
-from ._kernel import cells, mark, store_plane, total
+from ._base import LEFT, NOOP, RIGHT, SIZE, Draw, MinAtarEnv, paint
+from ._kernel import cells, mark, store_plane
 
 _INT = torch.int64
+#: The full wall: bits 10 to 39 (rows 1 to 3), MinAtar's fresh bricks and their refill.
+WALL = sum(1 << cell for cell in range(SIZE, 4 * SIZE))
+_TOP_BIT = 63  # shifts are clamped to it: no brick beyond bit 39, and no shift past the word
 
 
 # -- the triton step: the same rules on a block of rows (``_kernel.step_kernel`` calls them) --
-# State tuple: ball_x, ball_y, ball_dir, last_x, last_y, pos, strike ([BLOCK] each) and
-# brick ([BLOCK, CELLS], cell y * 10 + x).
+# State tuple: ball_x, ball_y, ball_dir, last_x, last_y, pos, strike, brick ([BLOCK] each).
 
 _LEFT = tl.constexpr(LEFT)
 _RIGHT = tl.constexpr(RIGHT)
 _LAST = tl.constexpr(SIZE - 1)
-_SCALARS = tl.constexpr(7)
-
-
-@triton.jit
-def _wall_tl():
-    """bool ``[CELLS]``: the three rows of bricks (rows 1 to 3)."""
-    where = cells()
-    return (where >= 10) & (where < 40)
+_FIELDS = tl.constexpr(8)
+_WALL = tl.constexpr(WALL)
+_TOP = tl.constexpr(_TOP_BIT)
 
 
 @triton.jit
@@ -66,19 +69,13 @@ def _load_tl(ptrs, rows, valid):
     for j in tl.static_range(6):
         state = state + (tl.load(ptrs[j] + rows, mask=valid, other=0),)
     strike = tl.load(ptrs[6] + rows, mask=valid, other=0) != 0
-    where = cells()
-    inside = valid[:, None] & (where < 100)[None, :]
-    brick = tl.load(ptrs[7] + rows[:, None] * 100 + where[None, :], mask=inside, other=0)
-    return state + (strike, brick != 0)
+    return state + (strike, tl.load(ptrs[7] + rows, mask=valid, other=0))
 
 
 @triton.jit
 def _store_tl(ptrs, rows, valid, state):
-    for j in tl.static_range(_SCALARS):
+    for j in tl.static_range(_FIELDS):
         tl.store(ptrs[j] + rows, state[j], mask=valid)
-    where = cells()
-    inside = valid[:, None] & (where < 100)[None, :]
-    tl.store(ptrs[7] + rows[:, None] * 100 + where[None, :], state[7], mask=inside)
 
 
 @triton.jit
@@ -87,8 +84,8 @@ def _initial_tl(u, valid):
     zero = right.to(tl.int64) * 0
     ball_x = tl.where(right, 9, 0) + zero
     ball_y = zero + 3
-    brick = _wall_tl()[None, :] & (zero == 0)[:, None]
-    return ball_x, ball_y, tl.where(right, 3, 2) + zero, ball_x, ball_y, zero + 4, zero != 0, brick
+    ball_dir = tl.where(right, 3, 2) + zero
+    return ball_x, ball_y, ball_dir, ball_x, ball_y, zero + 4, zero != 0, zero + _WALL
 
 
 @triton.jit
@@ -103,8 +100,8 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     new_x = tl.minimum(tl.maximum(new_x, 0), _LAST)
     ball_dir = tl.where(side, ball_dir ^ 1, ball_dir)
     top = new_y < 0
-    landing = tl.minimum(tl.maximum(new_y, 0), _LAST) * 10 + new_x
-    on_brick = ~top & (total(brick & (cells()[None, :] == landing[:, None]), 7) > 0)
+    landing = tl.minimum(tl.minimum(tl.maximum(new_y, 0), _LAST) * 10 + new_x, _TOP)
+    on_brick = ~top & (((brick >> landing) & 1) != 0)
     breaks = on_brick & ~strike
     bottom = ~top & ~on_brick & (new_y == _LAST)
     over_paddle = bottom & (ball_x == pos)
@@ -112,11 +109,10 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
     flip = top | breaks | over_paddle
     ball_dir = tl.where(flip, 3 - ball_dir, ball_dir)
     ball_dir = tl.where(into_paddle, ball_dir ^ 2, ball_dir)
-    brick = brick & ~(mark(tl.maximum(new_y, 0), new_x) & breaks[:, None])
+    brick = brick & ~(breaks.to(tl.int64) << landing)
     new_y = tl.where(top, 0, new_y)
     new_y = tl.where(breaks | over_paddle | into_paddle, ball_y, new_y)
-    refill = bottom & (total(brick, 7) == 0)
-    brick = brick | (_wall_tl()[None, :] & refill[:, None])
+    brick = tl.where(bottom & (brick == 0), _WALL, brick)  # the refill
     terminal = bottom & ~over_paddle & ~into_paddle
     moved = (new_x, new_y, ball_dir, ball_x, ball_y, pos, on_brick, brick)
     return moved, breaks.to(tl.float32), terminal
@@ -125,9 +121,9 @@ def _act_tl(state, action, u, valid, RAMPING: tl.constexpr):
 @triton.jit
 def _select_tl(mask, a, b):
     state = ()
-    for j in tl.static_range(_SCALARS):
+    for j in tl.static_range(_FIELDS):
         state = state + (tl.where(mask, a[j], b[j]),)
-    return state + (tl.where(mask[:, None], a[7], b[7]),)
+    return state
 
 
 @triton.jit
@@ -136,7 +132,8 @@ def _observe_tl(state, observ_ptr, rows, valid):
     store_plane(observ_ptr, rows, valid, mark(pos * 0 + _LAST, pos), 4, 0)
     store_plane(observ_ptr, rows, valid, mark(ball_y, ball_x), 4, 1)
     store_plane(observ_ptr, rows, valid, mark(last_y, last_x), 4, 2)
-    store_plane(observ_ptr, rows, valid, brick, 4, 3)
+    bricks = ((brick[:, None] >> tl.minimum(cells(), _TOP)[None, :]) & 1) != 0
+    store_plane(observ_ptr, rows, valid, bricks, 4, 3)
 
 
 class Breakout(MinAtarEnv):
@@ -153,7 +150,7 @@ class Breakout(MinAtarEnv):
         "last_y": ((), _INT),
         "pos": ((), _INT),
         "strike": ((), torch.bool),
-        "brick": ((SIZE, SIZE), torch.bool),
+        "brick": ((), _INT),
     }
     reset_draws = (Draw("ball_start", 1, "Env.reset"),)
     triton_functions = (_load_tl, _store_tl, _initial_tl, _act_tl, _select_tl, _observe_tl)
@@ -170,7 +167,7 @@ class Breakout(MinAtarEnv):
             "last_y": ball_y,
             "pos": torch.full((rows,), 4, dtype=_INT, device=right.device),
             "strike": torch.zeros(rows, dtype=torch.bool, device=right.device),
-            "brick": _full_wall(rows, right.device),
+            "brick": torch.full((rows,), WALL, dtype=_INT, device=right.device),
         }
 
     def _act(self, state, action, draws):
@@ -187,7 +184,8 @@ class Breakout(MinAtarEnv):
         ball_dir = torch.where(side, ball_dir ^ 1, ball_dir)  # [1, 0, 3, 2][dir]
         # Then exactly one of: the ceiling, a brick, the bottom row.
         top = new_y < 0
-        on_brick = ~top & at(brick, new_y, new_x)
+        landing = (new_y.clamp(0, SIZE - 1) * SIZE + new_x).clamp(max=_TOP_BIT)  # its bit
+        on_brick = ~top & (((brick >> landing) & 1) == 1)
         breaks = on_brick & ~strike
         bottom = ~top & ~on_brick & (new_y == SIZE - 1)
         over_paddle = bottom & (ball_x == pos)  # the ball's column before this move
@@ -195,12 +193,10 @@ class Breakout(MinAtarEnv):
         flip = top | breaks | over_paddle  # [3, 2, 1, 0][dir]
         ball_dir = torch.where(flip, 3 - ball_dir, ball_dir)
         ball_dir = torch.where(into_paddle, ball_dir ^ 2, ball_dir)  # [2, 3, 0, 1][dir]
-        struck = cell(new_y.clamp(min=0), new_x) & breaks[:, None, None]
-        brick = brick & ~struck
+        brick = brick & ~(breaks.to(_INT) << landing)
         new_y = torch.where(top, 0, new_y)
         new_y = torch.where(breaks | over_paddle | into_paddle, ball_y, new_y)
-        refill = bottom & ~brick.flatten(1).any(dim=1)
-        brick = brick | (_full_wall(brick.shape[0], brick.device) & refill[:, None, None])
+        brick = torch.where(bottom & (brick == 0), WALL, brick)  # the refill
         terminal = bottom & ~over_paddle & ~into_paddle
         moved = {
             "ball_x": new_x,
@@ -219,7 +215,7 @@ class Breakout(MinAtarEnv):
         y = torch.stack((torch.full_like(pos, SIZE - 1), state["ball_y"], state["last_y"]), 1)
         x = torch.stack((pos, state["ball_x"], state["last_x"]), 1)
         channel = torch.arange(3, device=pos.device).expand_as(x)  # paddle, ball, trail
-        return torch.cat((paint(3, y, x, channel), state["brick"][..., None]), dim=-1)
+        return torch.cat((paint(3, y, x, channel), brick_grid(state["brick"])[..., None]), dim=-1)
 
     @staticmethod
     def state_from_reference(game: Any) -> dict[str, Any]:
@@ -231,11 +227,26 @@ class Breakout(MinAtarEnv):
             "last_y": game.last_y,
             "pos": game.pos,
             "strike": game.strike,
-            "brick": np.asarray(game.brick_map) != 0,
+            "brick": brick_bits(np.asarray(game.brick_map) != 0),
         }
 
 
-def _full_wall(rows: int, device: torch.device) -> torch.Tensor:
-    """bool ``[rows, 10, 10]``: MinAtar's three rows of bricks (rows 1 to 3)."""
-    row, _ = grid(device)
-    return ((row >= 1) & (row <= 3)).expand(rows, SIZE, SIZE)
+def brick_grid(bits: torch.Tensor) -> torch.Tensor:
+    """bool ``[..., 10, 10]``: the bricks of the int64 masks ``bits`` (``[...]``) as a grid."""
+    index = torch.arange(SIZE * SIZE, device=bits.device).clamp(max=_TOP_BIT)
+    return (((bits[..., None] >> index) & 1) == 1).reshape(*bits.shape, SIZE, SIZE)
+
+
+def brick_bits(grid: Any) -> int:
+    """The int64 mask of one 10x10 grid of bricks (anything ``np.asarray`` reads).
+
+    Raises:
+        ValueError: a brick outside rows 1 to 3, where MinAtar never puts one.
+    """
+    cells = np.flatnonzero(np.asarray(grid, dtype=bool).reshape(SIZE * SIZE))
+    if any(not SIZE <= cell < 4 * SIZE for cell in cells):
+        raise ValueError(
+            f"Breakout: bricks stand in rows 1 to 3 only, got one at (y, x) = "
+            f"{divmod(int(next(c for c in cells if not SIZE <= c < 4 * SIZE)), SIZE)}"
+        )
+    return sum(1 << int(cell) for cell in cells)

@@ -197,9 +197,9 @@ def test_float64_observations_of_a_batch_env_become_float32():
     assert env.observ.dtype == torch.float32
 
 
-def test_bool_observations_are_not_checked_after_their_cast_but_rewards_are(monkeypatch):
-    # MinAtar's grids are bool: as float32 they cannot be non-finite, and checking 400 floats
-    # a row cost half of a compiled Breakout step.
+def test_bool_observations_are_not_checked_but_rewards_are(monkeypatch):
+    # MinAtar's grids are bool: they cannot be non-finite, and checking them as 400 floats a
+    # row cost half of a compiled Breakout step.
     import batchenv.in_graph.in_graph_batch_env as module
     from batchenv.kernels.minatar import Breakout
 
@@ -213,5 +213,49 @@ def test_bool_observations_are_not_checked_after_their_cast_but_rewards_are(monk
     env.reset(torch.arange(4))
     env.reset_where(torch.ones(4, dtype=torch.bool))
     observ, *_ = env.step(torch.zeros(4, dtype=torch.int64))
-    assert observ.dtype == torch.float32
+    assert observ.dtype == torch.bool
     assert checked == ["action,reward"]
+
+
+class BoolGridEnv(gym.Env):
+    """A 2x2 bool grid whose cell ``step % 4`` is set: bool Box observations."""
+
+    observation_space = gym.spaces.Box(0, 1, (2, 2), bool)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._grid(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._grid(), 1.0, False, self.t >= 6, {}
+
+    def _grid(self):
+        grid = np.zeros(4, dtype=bool)
+        grid[self.t % 4] = True
+        return grid.reshape(2, 2)
+
+
+def test_bool_box_observations_stay_bool_on_every_path():
+    """A bool Box keeps its dtype (a quarter of float32's bytes); values are kept; the
+    built-in algorithms cast it at their first layer."""
+    from batchenv.kernels.minatar import Breakout
+
+    kernel, env = Breakout(3, seed=0), InGraphBatchEnv(Breakout(3, seed=0))
+    assert env.observ.dtype == torch.bool and env.observ.shape == (3, 10, 10, 4)
+    assert torch.equal(env.reset(torch.arange(3)), kernel.reset(torch.arange(3)))
+    everyone, noop = torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.int64)
+    assert torch.equal(env.reset_where(everyone), kernel.reset_where(everyone))
+    observ, *_ = env.step(noop)
+    assert observ.dtype == torch.bool and torch.equal(observ, kernel.step(noop)[0])
+
+    env = InGraphBatchEnv(batchenv.BatchEnv([BoolGridEnv() for _ in range(2)]))
+    assert env.observ.dtype == torch.bool
+    observ = env.reset(torch.arange(2))
+    assert observ.dtype == torch.bool and observ[:, 0, 0].tolist() == [True, True]
+    observ, *_ = env.step(torch.zeros(2, dtype=torch.int64))
+    assert observ.dtype == torch.bool and observ[:, 0, 1].tolist() == [True, True]
+    assert observ.sum().item() == 2
+    env.reset_where(torch.tensor([True, False]))
+    assert env.observ[0, 0, 0] and env.observ[1, 0, 1]

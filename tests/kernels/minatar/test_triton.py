@@ -75,7 +75,7 @@ def side_by_side(env_class, device, steps, start=None, action_probs=None, **kwar
 
 def test_breakout_is_the_torch_backend(triton_device):
     brick = Breakout(N).get_state()["brick"]
-    brick[:2] = False  # two rows without bricks: their walls refill at the bottom row
+    brick[:2] = 0  # two rows without bricks: their walls refill at the bottom row
     seen = side_by_side(
         Breakout,
         triton_device,
