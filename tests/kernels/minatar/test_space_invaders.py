@@ -11,6 +11,7 @@ import torch
 
 from batchenv.kernels.minatar import SpaceInvaders
 from batchenv.kernels.minatar.consistency import check_minatar
+from batchenv.kernels.minatar.space_invaders import _popcount, grid_rows, rows_grid
 from tests.kernels.minatar.play import cells, play, step
 from tests.kernels.minatar.scenes import row, scene
 
@@ -20,8 +21,49 @@ QUIET = {"alien_move_timer": 5, "alien_shot_timer": 5}  # nothing moves or fires
 
 
 def grid(*cells):
-    """A 10 x 10 nested list, True at the given (row, column) cells."""
-    return [[(y, x) in cells for x in range(10)] for y in range(10)]
+    """The ten row masks of a grid with the given (row, column) cells set."""
+    return grid_rows([[(y, x) in cells for x in range(10)] for y in range(10)])
+
+
+def aliens(state):
+    """The number of aliens of one row's state (its row masks)."""
+    return int(rows_grid(torch.as_tensor(state["alien"])).sum())
+
+
+def test_grids_are_row_masks():
+    cells = [(0, 0), (0, 9), (3, 4), (9, 2)]
+    masks = grid(*cells)
+    assert masks == [1 + 512, 0, 0, 16, 0, 0, 0, 0, 0, 4]
+    back = rows_grid(torch.tensor([masks]))
+    assert back.shape == (1, 10, 10) and back.dtype == torch.bool
+    assert [tuple(c) for c in torch.nonzero(back[0]).tolist()] == cells
+
+
+def test_popcount_counts_every_ten_bit_mask():
+    masks = torch.arange(1024)
+    assert _popcount(masks).tolist() == [bin(m).count("1") for m in range(1024)]
+
+
+def test_the_block_rolls_as_numpy_rolls_the_grid():
+    # Sideways rolls wrap within a row, a move down wraps the bottom row to the top, as
+    # np.roll does in MinAtar (with the block's timer up, for each direction and an edge).
+    rng = np.random.default_rng(0)
+    for alien_dir, turn in [(-1, False), (1, False), (-1, True), (1, True)]:
+        layout = rng.random((10, 10)) < 0.3
+        edge = 0 if alien_dir < 0 else 9
+        layout[:, edge] = turn  # an alien at the edge it heads to turns the block down
+        layout[9] = False  # nothing on the bottom row: the game goes on
+        env = scene(
+            SpaceInvaders,
+            alien=grid_rows(layout),
+            alien_dir=alien_dir,
+            alien_move_timer=0,
+            alien_shot_timer=5,
+            pos=0 if alien_dir > 0 else 9,
+        )
+        step(env, NOOP)
+        expected = np.roll(layout, 1, axis=0) if turn else np.roll(layout, alien_dir, axis=1)
+        assert rows_grid(env.get_state()["alien"][0]).numpy().tolist() == expected.tolist()
 
 
 def test_fresh_start_is_minatars():
@@ -154,7 +196,7 @@ def test_scripted_play_clears_waves_as_minatar_does(minatar, ramping):
 
     history = play(SpaceInvaders, lookahead, 500, seed=2, difficulty_ramping=ramping, setup=thin)
     waves = sum(
-        int(after["alien"].sum() == 24 and before["alien"].sum() < 24 and not done)
+        int(aliens(after) == 24 and aliens(before) < 24 and not done)
         for (before, _, done), (after, _, _) in zip(history, history[1:])
     )
     assert waves >= 2

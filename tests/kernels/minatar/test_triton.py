@@ -132,14 +132,14 @@ def test_space_invaders_is_the_torch_backend(triton_device):
     # Rows 0 and 1 clear their wave on the first step (a cannon bullet under the last
     # alien; row 0's next wave is ramped, row 1's interval is at its floor), rows 2 and 3
     # have one low alien left, row 4 an alien bullet above the cannon.
-    alien = SpaceInvaders(N).get_state()["alien"]
-    alien[:4] = False
+    alien = SpaceInvaders(N).get_state()["alien"]  # row masks [N, 10]: bit x of row y
+    alien[:4] = 0
     for row, (y, x) in enumerate([(5, 5), (5, 5), (8, 4), (9, 7)]):
-        alien[row, y, x] = True
-    f_bullet = torch.zeros(N, 10, 10, dtype=torch.bool)
-    f_bullet[:2, 6, 5] = True
-    e_bullet = torch.zeros(N, 10, 10, dtype=torch.bool)
-    e_bullet[4, 8, 5] = True
+        alien[row, y] = 1 << x
+    f_bullet = torch.zeros(N, 10, dtype=torch.int64)
+    f_bullet[:2, 6] = 1 << 5
+    e_bullet = torch.zeros(N, 10, dtype=torch.int64)
+    e_bullet[4, 8] = 1 << 5
     start = {
         "alien": alien,
         "f_bullet": f_bullet,
