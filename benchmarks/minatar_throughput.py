@@ -25,8 +25,11 @@ large N one step already hides the call's overhead, and gymnax's Seaquest port, 
 thousand steps/s on a small CPU, would take minutes per 64-step call.
 
 batchenv's games run with MinAtar's settings (sticky actions 0.1, difficulty ramping, no
-time limit). Target: batchenv >= 1.0x gymnax at every N (the ratio columns: batchenv steps/s
-over gymnax's at the same N).
+time limit). Their observations are bool, in the compiled rows too (``InGraphBatchEnv`` keeps
+a bool Box bool); gymnax's ports return float32 observations, a conversion an algorithm pays
+at its first layer either way (it was half of a compiled Breakout step, RESULTS.md).
+Target: batchenv >= 1.0x gymnax at every N (the ratio columns: batchenv steps/s over
+gymnax's at the same N).
 
 Every run is a fresh interpreter (``minatar_throughput_child.py`` in this folder, one per
 side and game, all sizes in it) in a scratch working directory: gymnax with the JAX venv's
@@ -320,7 +323,8 @@ def main(argv=None) -> None:
     print(f"\nversions: {versions(runs)}")
     print(
         "\nEnv steps per second (all envs; medians over rounds; compile time excluded); "
-        "ratios: batchenv / gymnax at the same N (target >= 1.0x).\n"
+        "ratios: batchenv / gymnax at the same N (target >= 1.0x). Observations: batchenv's "
+        "are bool, gymnax's float32.\n"
     )
     print("\n".join(table(runs, args)))
     print("\nCompile seconds (medians over rounds):\n")
