@@ -432,3 +432,9 @@ def at(plane: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``plane[k, y[k], x[k]]`` for a ``[K, 10, 10]`` plane (positions clamped to the grid)."""
     index = (y.clamp(0, SIZE - 1) * SIZE + x.clamp(0, SIZE - 1)).reshape(-1, 1)
     return plane.reshape(plane.shape[0], SIZE * SIZE).gather(1, index)[:, 0]
+
+
+def bit(masks: torch.Tensor, index: torch.Tensor | int) -> torch.Tensor:
+    """bool: bit ``index`` of each int64 mask (``index`` broadcasts; 0 to 63), for the games
+    that keep a grid as bit masks (Breakout's bricks, Space Invaders' rows)."""
+    return ((masks >> index) & 1) == 1

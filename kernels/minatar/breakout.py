@@ -19,7 +19,7 @@ State (per row)::
 
 The bricks are a bit mask rather than a 10x10 grid: a step then tests, clears and refills
 them with a few integer operations a row instead of three passes over 100 cells, which made
-a compiled step 2.3x faster on a CPU (benchmarks/RESULTS.md).
+a compiled step ~1.5x faster on a CPU (benchmarks/RESULTS.md).
 
 Observation channels: paddle, ball, trail, brick. Minimal actions: noop, left, right.
 Draws: one uniform per fresh start (MinAtar's ``randint(2)``: the ball starts at the left
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from .._triton import tl, triton
-from ._base import LEFT, NOOP, RIGHT, SIZE, Draw, MinAtarEnv, paint
+from ._base import LEFT, NOOP, RIGHT, SIZE, Draw, MinAtarEnv, bit, paint
 from ._kernel import cells, mark, store_plane
 
 _INT = torch.int64
@@ -185,7 +185,7 @@ class Breakout(MinAtarEnv):
         # Then exactly one of: the ceiling, a brick, the bottom row.
         top = new_y < 0
         landing = (new_y.clamp(0, SIZE - 1) * SIZE + new_x).clamp(max=_TOP_BIT)  # its bit
-        on_brick = ~top & (((brick >> landing) & 1) == 1)
+        on_brick = ~top & bit(brick, landing)
         breaks = on_brick & ~strike
         bottom = ~top & ~on_brick & (new_y == SIZE - 1)
         over_paddle = bottom & (ball_x == pos)  # the ball's column before this move
@@ -234,7 +234,7 @@ class Breakout(MinAtarEnv):
 def brick_grid(bits: torch.Tensor) -> torch.Tensor:
     """bool ``[..., 10, 10]``: the bricks of the int64 masks ``bits`` (``[...]``) as a grid."""
     index = torch.arange(SIZE * SIZE, device=bits.device).clamp(max=_TOP_BIT)
-    return (((bits[..., None] >> index) & 1) == 1).reshape(*bits.shape, SIZE, SIZE)
+    return bit(bits[..., None], index).reshape(*bits.shape, SIZE, SIZE)
 
 
 def brick_bits(grid: Any) -> int:
@@ -244,9 +244,10 @@ def brick_bits(grid: Any) -> int:
         ValueError: a brick outside rows 1 to 3, where MinAtar never puts one.
     """
     cells = np.flatnonzero(np.asarray(grid, dtype=bool).reshape(SIZE * SIZE))
-    if any(not SIZE <= cell < 4 * SIZE for cell in cells):
+    outside = [int(cell) for cell in cells if not SIZE <= cell < 4 * SIZE]
+    if outside:
         raise ValueError(
             f"Breakout: bricks stand in rows 1 to 3 only, got one at (y, x) = "
-            f"{divmod(int(next(c for c in cells if not SIZE <= c < 4 * SIZE)), SIZE)}"
+            f"{divmod(outside[0], SIZE)}"
         )
     return sum(1 << int(cell) for cell in cells)

@@ -25,7 +25,7 @@ State (per row)::
 Bullets and aliens live on grids, as in MinAtar, kept as one 10-bit mask per row
 (:func:`grid_rows` and :func:`rows_grid` convert): a row shift moves 10 masks, a sideways
 roll rotates each mask, and a count is a popcount, instead of passes over 100 cells (which
-made a compiled step ~2x slower on a CPU, benchmarks/RESULTS.md). MinAtar's ``np.roll`` is
+made a compiled step 2-2.7x slower on a CPU, benchmarks/RESULTS.md). MinAtar's ``np.roll`` is
 kept where it shows: a block that moves down from the bottom row wraps to the top row (the
 episode has ended by then, but the terminal observation shows it).
 
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from .._triton import maximum_combine, tl, triton
-from ._base import FIRE, LEFT, NOOP, RIGHT, SIZE, MinAtarEnv, cell, grid
+from ._base import FIRE, LEFT, NOOP, RIGHT, SIZE, MinAtarEnv, bit, cell, grid
 from ._kernel import any_cell, cell_at, cells, fold, mark, minimum_combine, store_plane, take, total
 
 _INT = torch.int64
@@ -106,13 +106,14 @@ def _store_tl(ptrs, rows, valid, state):
     # Each grid tile folded back to its ten row masks.
     where = cells()
     bits = (1 << (where % 10)).to(tl.int32)
+    first_row = rows.to(tl.int64) * 10
     for j in tl.static_range(10):
         if j >= 1 and j <= 3:
             weighted = tl.where(state[j], bits[None, :], 0)
             for y in tl.static_range(10):
                 in_row = ((where // 10) == y) & (where < 100)
                 mask = total(tl.where(in_row[None, :], weighted, 0), 7).to(tl.int64)
-                tl.store(ptrs[j] + rows.to(tl.int64) * 10 + y, mask, mask=valid)
+                tl.store(ptrs[j] + first_row + y, mask, mask=valid)
         else:
             tl.store(ptrs[j] + rows, state[j], mask=valid)
 
@@ -275,7 +276,7 @@ class SpaceInvaders(MinAtarEnv):
         f_bullet = state["f_bullet"]
         f_bullet = torch.cat((f_bullet[:, 1:9], (f_bullet[:, 9] | shot)[:, None], empty), 1)
         e_bullet = torch.cat((empty, state["e_bullet"][:, :-1]), dim=1)
-        terminal = _bit(e_bullet[:, -1], pos) | _bit(alien[:, -1], pos)
+        terminal = bit(e_bullet[:, -1], pos) | bit(alien[:, -1], pos)
         # The block moves when its timer is up: sideways, or down and turn at an edge.
         move = state["alien_move_timer"] == 0
         count = _popcount(alien).sum(dim=1)
@@ -283,7 +284,7 @@ class SpaceInvaders(MinAtarEnv):
             move, torch.minimum(count, state["enemy_move_interval"]), state["alien_move_timer"]
         )
         columns = _columns(alien)
-        turn = (_bit(columns, 0) & (alien_dir < 0)) | (_bit(columns, SIZE - 1) & (alien_dir > 0))
+        turn = (bit(columns, 0) & (alien_dir < 0)) | (bit(columns, SIZE - 1) & (alien_dir > 0))
         down = move & turn
         terminal = terminal | (down & (alien[:, -1] != 0))
         left = (alien >> 1) | ((alien & 1) << (SIZE - 1))  # np.roll(-1, axis=1)
@@ -292,7 +293,7 @@ class SpaceInvaders(MinAtarEnv):
         moved = torch.where(turn[:, None], alien.roll(1, dims=1), sideways)
         alien = torch.where(move[:, None], moved, alien)
         alien_dir = torch.where(down, -alien_dir, alien_dir)
-        terminal = terminal | (move & _bit(alien[:, -1], pos))
+        terminal = terminal | (move & bit(alien[:, -1], pos))
         # The aliens fire from the lowest alien of the column nearest the cannon.
         shoot = state["alien_shot_timer"] == 0
         shot_y, shot_x = _nearest_alien(alien, pos)
@@ -382,11 +383,6 @@ def _wave(rows: int, device: torch.device) -> torch.Tensor:
     return torch.where(row[:, 0] <= 3, _WAVE_ROW, 0).expand(rows, SIZE)
 
 
-def _bit(masks: torch.Tensor, x: torch.Tensor | int) -> torch.Tensor:
-    """bool: bit ``x`` of each mask (``x`` in 0..9)."""
-    return ((masks >> x) & 1) == 1
-
-
 def _popcount(masks: torch.Tensor) -> torch.Tensor:
     """The number of set bits of each 10-bit mask (a SWAR count: no table, no loop)."""
     x = masks - ((masks >> 1) & 0x155)
@@ -407,10 +403,10 @@ def _nearest_alien(alien: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor
     """MinAtar's ``_nearest_alien``: ``(row, column)`` of the lowest alien in the occupied
     column closest to ``pos`` (a tie goes to the lower column). Row -1 when there is none."""
     _, col = grid(alien.device)
-    occupied = _bit(_columns(alien)[:, None], col)  # [K, 10]
+    occupied = bit(_columns(alien)[:, None], col)  # [K, 10]
     distance = (col - pos[:, None]).abs() * SIZE + col  # unique keys, in search order
     column = torch.where(occupied, distance, SIZE * SIZE).argmin(dim=1)
-    in_column = _bit(alien, column[:, None]).to(_INT)  # [K, 10] over the rows
+    in_column = bit(alien, column[:, None]).to(_INT)  # [K, 10] over the rows
     depth = torch.arange(1, SIZE + 1, device=alien.device)
     return (in_column * depth).amax(dim=1) - 1, column
 
@@ -425,4 +421,4 @@ def grid_rows(grid: Any) -> list[int]:
 def rows_grid(masks: torch.Tensor) -> torch.Tensor:
     """bool ``[..., 10, 10]``: the grids of row masks ``[..., 10]``."""
     col = torch.arange(SIZE, device=masks.device)
-    return _bit(masks[..., None], col)
+    return bit(masks[..., None], col)
