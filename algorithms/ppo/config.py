@@ -75,6 +75,9 @@ class PPOConfig:
     """Gaussian head: initial log standard deviation (state independent)."""
     normalize_reward: bool = False
     """Scale rewards by a running std of the discounted return (continuous presets)."""
+    sticky_action_prob: float = 0.1
+    """MinAtar games: chance that a step repeats the previous action (MinAtar's 0.1; 0 as
+    gymnax's ports, which have none)."""
     compile: bool = True
     """Compile the rollout and the update with torch.compile (False: the same code eagerly)."""
     unroll: int = 0
@@ -134,6 +137,13 @@ class PPOConfig:
             )
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
+        if not 0.0 <= self.sticky_action_prob <= 1.0:
+            raise ValueError(f"sticky_action_prob must be in [0, 1], got {self.sticky_action_prob}")
+        if self.sticky_action_prob != 0.1 and not self.env_id.startswith("MinAtar/"):
+            raise ValueError(
+                f"sticky_action_prob is a MinAtar option; {self.env_id} has no sticky actions "
+                "(leave it at 0.1)"
+            )
         return self
 
 

@@ -111,6 +111,8 @@ def make_env(config: PPOConfig) -> InGraphBatchEnv:
         )
     cls = getattr(kernels, ENVS[config.env_id])
     options = dict(ENV_OPTIONS.get(config.env_id, {}), device=config.device)
+    if config.env_id.startswith("MinAtar/"):
+        options["sticky_action_prob"] = config.sticky_action_prob
     seeds = [config.seed + k for k in range(config.seeds)]
     if config.env_id in PER_BLOCK_SEEDS:
         # One env seeded per block: row r of block k draws what a lone env seeded seeds[k]

@@ -53,6 +53,11 @@ def test_train_writes_a_run_and_evaluate_reads_it(tmp_path, capsys):
         (["--set", "gama=0.9"], "--set 'gama=0.9': expected KEY=VALUE"),
         (["--set", "num_minibatches=3"], "does not split into 3 minibatches"),
         (["--steps", "100"], "less than one update"),
+        (["--set", "sticky_action_prob=0"], "sticky_action_prob is a MinAtar option"),
+        (
+            ["--preset", "minatar-asterix", "--set", "sticky_action_prob=1.5"],
+            "sticky_action_prob must be in [0, 1], got 1.5",
+        ),
     ],
 )
 def test_bad_options_fail_in_one_line_before_writing(tmp_path, capsys, argv, message):

@@ -33,6 +33,12 @@ def test_games_end_at_gymnax_episode_limits():
     }
 
 
+def test_sticky_actions_are_minatars_unless_set():
+    assert make_env(make_config("minatar-asterix")).env.sticky_action_prob == 0.1
+    gymnax_rules = make_config("minatar-asterix", sticky_action_prob=0.0)
+    assert make_env(gymnax_rules).env.sticky_action_prob == 0.0
+
+
 def test_boolean_images_are_float_inputs():
     config = make_config("minatar-breakout", num_envs=2, total_timesteps=256, num_minibatches=2)
     env = make_env(config)
