@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from batchenv.in_graph import _stack_buffers
 from batchenv.in_graph.algorithm import Algorithm, Summaries, overrides
 from batchenv.in_graph.cuda_graph import recording
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
@@ -212,12 +213,16 @@ def compile_program(
     attribute the four methods read cost ~55 us a call, a third of a compiled step. Like
     jax.jit, the program keeps the Python values (config numbers, flags) it was traced with.
     On a CPU the program's wrapper is C++ (Inductor's ``cpp_wrapper``): a PPO step calls
-    ~25 kernels and allocates ~20 buffers, which the Python wrapper did at ~1 us each.
+    ~25 kernels and allocates ~20 buffers, which the Python wrapper did at ~1 us each. Its
+    temporaries (up to 100 KB) are arrays on the C stack rather than tensors (_stack_buffers):
+    that halved the time of a PPO rollout step on CartPole.
     ``env_options`` (an env's ``compile_options``) are Inductor options added last.
     """
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if torch.device(device).type == "cpu":
         options["cpp_wrapper"] = True
+        if _stack_buffers.enable_per_program_choice():
+            options[_stack_buffers.OPTION] = True
         # tanh as 2 / (1 + exp(-2x)) - 1: Sleef's 1-ulp tanh took 2 ns an element, a fifth
         # of a PPO minibatch step; this one is within ~1e-7 of it (absolute).
         options["cpp.use_decompose_tanh"] = True
