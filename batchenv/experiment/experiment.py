@@ -249,14 +249,31 @@ def _run_trials(plan: Plan, executor: Executor, mode: str, progress: bool) -> li
 
     try:
         results = executor.run(plan, on_trial)
-    except KeyboardInterrupt:
+    except BaseException as error:
+        if not _interrupted(error):
+            raise
         if bar is not None:
             bar.close()
         print(f"\ninterrupted; resume with: batchenv run --resume {plan.path}", file=sys.stderr)
-        raise
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        raise KeyboardInterrupt from error
     if bar is not None:
         bar.close()
     return results
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C, or was raised while Ctrl-C was being handled: Optuna's
+    journal lock, interrupted in its release, unlinks its file twice and raises
+    FileNotFoundError in place of the KeyboardInterrupt."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__context__
+    return False
 
 
 def _session_steps(spec: Spec) -> int | None:

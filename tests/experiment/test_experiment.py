@@ -369,3 +369,40 @@ def test_benchmark_writes_a_markdown_row_and_band_plot_per_spec(tmp_path):
     for name in ("a", "b"):
         picture = tmp_path / "out" / f"{name}_tests_experiment_toy_trainer_ToyTrainer.png"
         assert picture.stat().st_size > 0 and f"]({picture.name})" in table.read_text()
+
+
+class _InterruptedInLockRelease:
+    """An executor whose run fails as Optuna's journal lock does when Ctrl-C lands in its
+    release: FileNotFoundError, raised while the KeyboardInterrupt was being handled."""
+
+    def run(self, plan, on_trial):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            # as Optuna raises it: implicitly chained, not `from`
+            raise FileNotFoundError(2, "No such file", "study.journal.lock.rename")  # noqa: B904
+
+
+def test_ctrl_c_inside_optunas_lock_release_is_an_interrupt(capsys):
+    from types import SimpleNamespace
+
+    from batchenv.experiment.experiment import _run_trials
+
+    plan = SimpleNamespace(path=Path("runs/toy_x"))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        _run_trials(plan, _InterruptedInLockRelease(), "search", progress=False)
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+    assert "interrupted; resume with: batchenv run --resume runs/toy_x" in capsys.readouterr().err
+
+
+def test_other_errors_during_a_run_are_not_taken_for_an_interrupt():
+    from types import SimpleNamespace
+
+    from batchenv.experiment.experiment import _run_trials
+
+    class Failing:
+        def run(self, plan, on_trial):
+            raise FileNotFoundError("a missing file")
+
+    with pytest.raises(FileNotFoundError, match="a missing file"):
+        _run_trials(SimpleNamespace(path=Path("p")), Failing(), "train", progress=False)
