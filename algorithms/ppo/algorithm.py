@@ -375,13 +375,13 @@ def _minibatch_step(
         for name, value in data.items()
     }
 
-    def loss(flat_params: torch.Tensor):
-        head, value = ppo.net(flat_params, batch["observ"])
+    def loss(params: dict[str, torch.Tensor]):
+        head, value = ppo.net(params, batch["observ"])
         if ppo.discrete:
             log_prob = dist.categorical_log_prob(head, batch["action"])
             entropy = dist.categorical_entropy(head)
         else:
-            log_std = ppo.net.log_std(flat_params)
+            log_std = ppo.net.log_std(params)
             log_prob = dist.normal_log_prob(head, log_std, batch["action"])
             entropy = dist.normal_entropy(log_std, head)
         return ppo_loss(
@@ -399,7 +399,8 @@ def _minibatch_step(
             config.norm_adv,
         )
 
-    grad, terms = torch.func.grad(loss, has_aux=True)(params)
+    grads, terms = torch.func.grad(loss, has_aux=True)(ppo.net.split(params))
+    grad = ppo.net.join(grads)
     params, opt_state = adam_step(
         params, grad, opt_state, lr, config.max_grad_norm, config.adam_eps
     )

@@ -1,11 +1,11 @@
 """GAE and PPO's clipped loss, per agent (docs/ppo.md has the formulas).
 
-GAE is written without a loop over time: within one episode the advantage is a discounted
-sum of TD errors, ``A[t] = sum_{s >= t} (gamma lambda)^(s - t) delta[s]`` over the steps
-``s`` of the same episode as ``t``. Steps share an episode when no ``done`` lies in
-``[t, s)``, i.e. when their counts of earlier dones are equal. So ``A = M @ delta`` with
-``M[t, s] = (s >= t) (gamma lambda)^(s - t) [count[s] == count[t]]``: a fixed-shape program
-that torch.compile fuses, where the usual reverse loop would be T sequential steps.
+GAE is written without a loop over time. The reverse recurrence
+``y[t] = x[t] + a[t] y[t + 1]`` (``a[t] = gamma lambda (1 - done[t])``) is a linear recurrence,
+and composing two steps of it is associative, so it runs as a scan of log2(T) rounds (Hillis
+and Steele): round k folds in the element 2^k steps ahead. Each round is elementwise over
+``[R, T]``, which torch.compile fuses, where the usual reverse loop would be T sequential steps
+(and a masked ``[R, T, T]`` matrix product, tried first, cost 0.85 ms at T = 128).
 
     >>> delta = torch.ones(1, 3)                       # [rows, T]
     >>> done = torch.tensor([[False, False, False]])
@@ -20,19 +20,22 @@ import torch
 
 def discounted_sums(x: torch.Tensor, done: torch.Tensor, factor: float) -> torch.Tensor:
     """``y[t] = x[t] + factor * (1 - done[t]) * y[t + 1]`` for ``x``, ``done`` of shape ``[R, T]``
-    (``y[T] = 0``), computed as one masked matrix product."""
-    steps = x.shape[-1]
-    t = torch.arange(steps, device=x.device)
-    gap = (t[None, :] - t[:, None]).to(x.dtype)  # [T(t), T(s)]: s - t
-    upper = gap >= 0
-    powers = torch.where(
-        upper, torch.pow(torch.as_tensor(factor, dtype=x.dtype), gap.clamp_min(0)), 0.0
-    )
-    # Dones strictly before each step: equal counts mean the same episode.
-    before = torch.cumsum(done.to(torch.int64), dim=-1) - done.to(torch.int64)  # [R, T]
-    same = before[:, :, None] == before[:, None, :]  # [R, t, s]
-    weights = torch.where(same, powers, 0.0)
-    return torch.einsum("rts,rs->rt", weights, x)
+    (``y[T] = 0``), as a scan of ceil(log2 T) rounds."""
+    total = x
+    decay = factor * (~done).to(x.dtype)  # what y[t + 1] is weighed by in y[t]
+    shift = 1
+    while shift < x.shape[-1]:
+        # After this round, total[t] sums x over [t, t + 2 * shift) and decay[t] is the weight
+        # of the step 2 * shift ahead (0 beyond the end: y[T] = 0).
+        total = total + decay * _ahead(total, shift)
+        decay = decay * _ahead(decay, shift)
+        shift *= 2
+    return total
+
+
+def _ahead(x: torch.Tensor, shift: int) -> torch.Tensor:
+    """``x[..., t + shift]``, zero past the end."""
+    return torch.nn.functional.pad(x[..., shift:], (0, shift))
 
 
 def gae(

@@ -21,6 +21,9 @@ import math
 
 import torch
 
+#: The parameters in either form: flat ``[K, P]``, or :meth:`ActorCritic.split`'s views.
+Params = torch.Tensor | dict[str, torch.Tensor]
+
 
 class ActorCritic:
     """Layout, initialisation and forward pass of the stacked actor-critic (stateless)."""
@@ -74,12 +77,28 @@ class ActorCritic:
             rows.append(torch.cat(parts))
         return torch.stack(rows).to(device)
 
-    def view(self, params: torch.Tensor, name: str) -> torch.Tensor:
-        """Agent-batched view ``[K, *shape]`` of parameter ``name``."""
+    def view(self, params: Params, name: str) -> torch.Tensor:
+        """Agent-batched view ``[K, *shape]`` of parameter ``name`` (``params`` flat, or
+        :meth:`split`)."""
+        if isinstance(params, dict):
+            return params[name]
         start, end, shape = self.offsets[name]
         return params[:, start:end].reshape(params.shape[0], *shape)
 
-    def _mlp(self, params: torch.Tensor, head: str, x: torch.Tensor) -> torch.Tensor:
+    def split(self, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every parameter's view ``{name: [K, *shape]}``; the forward pass takes either form.
+
+        Differentiate with respect to the split form and :meth:`join` the gradients: the
+        gradient of the flat tensor through its slices compiles to one masked select per
+        parameter for every element (a 9k-parameter Adam step took 96 us that way).
+        """
+        return {name: self.view(params, name) for name, _, _ in self.layers}
+
+    def join(self, pieces: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The flat ``[K, P]`` tensor of :meth:`split`'s form (for gradients)."""
+        return torch.cat([pieces[name].flatten(1) for name, _, _ in self.layers], 1)
+
+    def _mlp(self, params: Params, head: str, x: torch.Tensor) -> torch.Tensor:
         for i in range(3):
             weight = self.view(params, f"{head}{i}.weight")
             bias = self.view(params, f"{head}{i}.bias")
@@ -88,14 +107,14 @@ class ActorCritic:
                 x = self.activation(x)
         return x
 
-    def __call__(self, params: torch.Tensor, observ: torch.Tensor) -> tuple:
+    def __call__(self, params: Params, observ: torch.Tensor) -> tuple:
         """``observ [K, M, obs_dim]`` -> ``(logits or mean [K, M, A], value [K, M])``."""
         return self._mlp(params, "actor", observ), self._mlp(params, "critic", observ)[..., 0]
 
-    def value(self, params: torch.Tensor, observ: torch.Tensor) -> torch.Tensor:
+    def value(self, params: Params, observ: torch.Tensor) -> torch.Tensor:
         return self._mlp(params, "critic", observ)[..., 0]
 
-    def log_std(self, params: torch.Tensor) -> torch.Tensor:
+    def log_std(self, params: Params) -> torch.Tensor:
         """``[K, 1, A]`` (Gaussian head only)."""
         return self.view(params, "log_std")[:, None, :]
 

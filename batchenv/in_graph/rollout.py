@@ -42,6 +42,7 @@ row is written to the logger, at the env's step count after the rollout.
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import traceback
 import types
@@ -183,13 +184,8 @@ def _steps(batch: InGraphBatchEnv, algo: Algorithm, count: int, reset: bool) -> 
 def _program(
     batch: InGraphBatchEnv, algo: Algorithm, compile: bool, count: int, reset: bool
 ) -> Callable:
-    """The compiled program of ``(batch, algo, count, reset)``, kept on the batch env.
-
-    Each gets a copy of ``_steps`` with a code object of its own: Dynamo keeps its graphs
-    per code object, so programs never evict each other or hit the recompile limit, and a
-    call checks the guards of its own graph only (which no longer cover Python values, so
-    every Python argument is part of the key).
-    """
+    """The compiled program of ``(batch, algo, count, reset)``, kept on the batch env (every
+    Python argument is part of the key: the program's guards cover tensors only)."""
     if not compile:
         return _steps
     programs = batch.__dict__.setdefault("_rollout_programs", {})
@@ -197,9 +193,7 @@ def _program(
     entry = programs.get(key)
     if entry is not None and entry[0]() is algo:
         return entry[1]
-    code = _steps.__code__.replace(co_name=f"_steps_{len(programs)}")
-    function = types.FunctionType(code, _steps.__globals__, code.co_name)
-    program = compile_program(function, batch.device, getattr(batch.env, "compile_options", None))
+    program = compile_program(_steps, batch.device, getattr(batch.env, "compile_options", None))
     programs[key] = (weakref.ref(algo), program)
     return program
 
@@ -217,7 +211,14 @@ def compile_program(
     temporaries (up to 100 KB) are arrays on the C stack rather than tensors (_stack_buffers):
     that halved the time of a PPO rollout step on CartPole.
     ``env_options`` (an env's ``compile_options``) are Inductor options added last.
+
+    Each call compiles a copy of ``function`` with a code object of its own. Dynamo keeps
+    its graphs per code object and, with tensor-only guards, would hand one program's graph
+    to another whose tensors look alike: a second PPO with another ``gamma`` ran the first
+    one's constants. Own code objects also keep programs from evicting each other or from
+    reaching the recompile limit.
     """
+    function = _own_code(function)
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if torch.device(device).type == "cpu":
         options["cpp_wrapper"] = True
@@ -228,6 +229,19 @@ def compile_program(
         options["cpp.use_decompose_tanh"] = True
     options.update(env_options or {})  # e.g. MinAtar's games turn CPU vectorisation off
     return torch.compile(function, fullgraph=True, dynamic=False, options=options)
+
+
+_copies = itertools.count()
+
+
+def _own_code(function: Callable) -> Callable:
+    """``function`` with a fresh code object (named ``<name>_<n>``), same globals and closure."""
+    code = function.__code__.replace(co_name=f"{function.__code__.co_name}_{next(_copies)}")
+    copy = types.FunctionType(
+        code, function.__globals__, code.co_name, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
 
 
 def _choose_unroll(steps: int) -> int:

@@ -239,6 +239,26 @@ def test_an_envs_compile_options_reach_inductor(monkeypatch):
     assert MinAtarEnv.compile_options == {"cpp.simdlen": 1}
 
 
+def test_programs_of_one_function_keep_their_own_python_constants():
+    # Guards cover tensors only, so the Python values a program reads are frozen when it is
+    # traced; a second program of the same function must be traced anew, not handed the
+    # first one's graph because its tensors look alike.
+    from types import SimpleNamespace
+
+    from batchenv.in_graph.rollout import compile_program
+
+    def scaled(owner, x):
+        return x * owner.factor
+
+    x = torch.ones(3)
+    first = compile_program(scaled, "cpu")
+    second = compile_program(scaled, "cpu")
+    assert first(SimpleNamespace(factor=2.0), x).tolist() == [2.0, 2.0, 2.0]
+    assert second(SimpleNamespace(factor=5.0), x).tolist() == [5.0, 5.0, 5.0]
+    # Frozen, like jax.jit: the first program keeps the value it was traced with.
+    assert first(SimpleNamespace(factor=7.0), x).tolist() == [2.0, 2.0, 2.0]
+
+
 class NanAction(Algorithm):
     """Zero torques, but NaN in row ``row`` at this algorithm's step ``at`` (1-based)."""
 

@@ -36,16 +36,18 @@ def test_gae_termination_and_truncation():
     assert advantage[0].tolist() == pytest.approx([1.0, 1.0 + 0.5 * 5.0, 1.0 + 0.5 * 7.0])
 
 
-def test_discounted_sums_match_the_reverse_loop():
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 33, generator=generator)
-    done = torch.rand(5, 33, generator=generator) < 0.2
+@pytest.mark.parametrize("steps", [1, 2, 33, 128])
+def test_discounted_sums_match_the_reverse_loop(steps):
+    generator = torch.Generator().manual_seed(steps)
+    x = torch.randn(5, steps, generator=generator)
+    done = torch.rand(5, steps, generator=generator) < 0.05
     expected = torch.zeros_like(x)
     carry = torch.zeros(5)
-    for t in reversed(range(33)):
-        carry = x[:, t] + 0.97 * (~done[:, t]).float() * carry
+    for t in reversed(range(steps)):
+        carry = x[:, t] + 0.99 * 0.95 * (~done[:, t]).float() * carry
         expected[:, t] = carry
-    torch.testing.assert_close(discounted_sums(x, done, 0.97), expected, rtol=1e-5, atol=1e-5)
+    result = discounted_sums(x, done, 0.99 * 0.95)
+    torch.testing.assert_close(result, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_ppo_loss_by_hand():

@@ -27,3 +27,19 @@ def test_small_batches_take_the_fused_form(monkeypatch):
     assert calls == []
     net(params, torch.zeros(2, SMALL_BATCH + 1, 4))
     assert len(calls) == 6  # three layers of the actor and three of the critic
+
+
+def test_the_gradient_of_the_split_form_joined_is_the_flat_gradient():
+    net = ActorCritic(obs_dim=4, action_dim=2, discrete=False, hidden=8)
+    params = net.init([3, 4])
+    observ = torch.randn(2, 40, 4, generator=torch.Generator().manual_seed(2))
+
+    def loss(p):
+        head, value = net(p, observ)
+        return (head.square().sum() + value.sum() * net.log_std(p).sum()).sum()
+
+    flat = torch.func.grad(loss)(params)
+    joined = net.join(torch.func.grad(loss)(net.split(params)))
+    assert joined.shape == params.shape
+    torch.testing.assert_close(joined, flat, rtol=1e-6, atol=1e-7)
+    assert torch.equal(net.join(net.split(params)), params)
