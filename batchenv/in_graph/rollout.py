@@ -236,7 +236,10 @@ _copies = itertools.count()
 
 
 def _own_code(function: Callable) -> Callable:
-    """``function`` with a fresh code object (named ``<name>_<n>``), same globals and closure."""
+    """``function`` with a fresh code object (named ``<name>_<n>``), same globals and closure
+    (a callable that is not a plain function, such as a bound method, is left as it is)."""
+    if not isinstance(function, types.FunctionType):
+        return function
     code = function.__code__.replace(co_name=f"{function.__code__.co_name}_{next(_copies)}")
     copy = types.FunctionType(
         code, function.__globals__, code.co_name, function.__defaults__, function.__closure__
