@@ -33,11 +33,11 @@ def install() -> bool:
     setup = handler.__init__
 
     def init_when_changed(self) -> None:
-        tables = (dict(rules), len(overrides), utils.boolean_ops())
-        if self.__dict__.get("_batchenv_tables") == tables:
-            return
+        seen = self.__dict__.get("_batchenv_tables")
+        if seen is not None and seen == (rules, len(overrides), utils.boolean_ops()):
+            return  # compared in place; the tables are copied only when set up
         setup(self)
-        self._batchenv_tables = tables
+        self._batchenv_tables = (dict(rules), len(overrides), utils.boolean_ops())
 
     handler.__init__ = init_when_changed
     return True

@@ -219,7 +219,7 @@ def compile_program(
     reaching the recompile limit.
     """
     function = _own_code(function)
-    _dtype_rules_once.install()  # a sixth less compile time (see the module)
+    _dtype_rules_once.install()  # less compile time (82 -> 67 s for PPO's rollout; see the module)
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if torch.device(device).type == "cpu":
         options["cpp_wrapper"] = True
