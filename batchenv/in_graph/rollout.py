@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 import torch
 
 from batchenv.in_graph import _dtype_rules_once, _stack_buffers
+from batchenv.in_graph._direct_call import DirectProgram
 from batchenv.in_graph.algorithm import Algorithm, Summaries, overrides
 from batchenv.in_graph.cuda_graph import recording
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
@@ -199,7 +200,10 @@ def _program(
 
 
 def compile_program(
-    function: Callable, device: torch.device | str, env_options: Mapping[str, Any] | None = None
+    function: Callable,
+    device: torch.device | str,
+    env_options: Mapping[str, Any] | None = None,
+    direct: bool = True,
 ) -> Callable:
     """``torch.compile`` as rollout() and PPO's update use it: one graph, tensor-only guards.
 
@@ -211,6 +215,13 @@ def compile_program(
     temporaries (up to 100 KB) are arrays on the C stack rather than tensors (_stack_buffers):
     that halved the time of a PPO rollout step on CartPole.
     ``env_options`` (an env's ``compile_options``) are Inductor options added last.
+
+    On a CPU, once two calls have shown Dynamo's plan (which tensors the graph reads, which
+    attributes its outputs are stored in), later calls skip Dynamo and make the call
+    themselves (:class:`~batchenv.in_graph._direct_call.DirectProgram`; ``direct=False``
+    turns that off): its frame hook, guards and bytecode were half of a PPO rollout chunk's
+    call on CartPole. A call whose tensors differ in dtype, device, shape or strides from the
+    recorded ones goes through Dynamo again.
 
     Each call compiles a copy of ``function`` with a code object of its own. Dynamo keeps
     its graphs per code object and, with tensor-only guards, would hand one program's graph
@@ -240,6 +251,9 @@ def compile_program(
         # trivial program's 5.2-5.9 -> 4.4 s; the machine code is the same.
         options["aot_inductor.enable_line_tables"] = False
     options.update(env_options or {})  # e.g. MinAtar's games turn CPU vectorisation off
+    if direct and torch.device(device).type == "cpu":
+        guard_filter_fn = options.pop("guard_filter_fn")
+        return DirectProgram(function, options, guard_filter_fn)
     return torch.compile(function, fullgraph=True, dynamic=False, options=options)
 
 
