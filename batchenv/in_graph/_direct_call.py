@@ -102,6 +102,11 @@ class DirectProgram:
         self.direct_calls = 0
         self.refused: str | None = None if self._names is not None else "keyword-only function"
 
+    def __deepcopy__(self, memo: dict) -> DirectProgram:
+        # Shared like the function torch.compile returns: a copied owner (a deep-copied PPO)
+        # calls the same compiled program; its plan then misses and is learned again.
+        return self
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         plan = self._plan
         if plan is not None and not kwargs:

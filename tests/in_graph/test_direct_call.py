@@ -4,6 +4,7 @@ cannot be replayed never go direct."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
@@ -83,6 +84,20 @@ def test_another_shape_goes_through_dynamo_and_the_plan_is_learned_again():
     assert direct.direct_calls == 2
     assert s1.a.tolist() == s2.a.tolist() == [10.0] * 5
     assert [r[0].item() for r in r1] == [r[0].item() for r in r2]
+
+
+def test_a_deep_copied_owner_shares_the_program_and_gets_its_own_results():
+    program = compile_program(accumulate, "cpu")
+    state = State()
+    for _ in range(4):
+        program(state, 1.0)
+    holder = copy.deepcopy({"program": program, "state": state})
+    assert holder["program"] is program
+    for _ in range(3):
+        program(holder["state"], 1.0)
+        program(state, 1.0)
+    assert holder["state"].a.tolist() == state.a.tolist() == [7.0] * 3
+    assert holder["state"].a is not state.a
 
 
 def test_another_grad_mode_goes_through_dynamo():
