@@ -173,6 +173,10 @@ class DirectProgram:
         return result
 
 
+#: Values taken as they are, never entered (a DirectProgram an argument holds, among them).
+_LEAVES = (*_OPAQUE, *_CONSTANTS, DirectProgram)
+
+
 class _RecordingInductor(torch._TorchCompileInductorWrapper):
     """Inductor as ``torch.compile`` runs it, with each compiled graph wrapped so that its
     last call (inputs and outputs) can be read back while a plan is learned."""
@@ -380,9 +384,8 @@ def _reachable(args: tuple) -> dict[int, tuple]:
     stack = [((("arg", i),), value) for i, value in reversed(list(enumerate(args)))]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, _OPAQUE + _CONSTANTS) or isinstance(value, DirectProgram):
+        if isinstance(value, _LEAVES) or id(value) in found:
             continue
-        if id(value) in found:
             continue
         if len(found) >= _MAX_OBJECTS:
             raise _CannotPlan(f"more than {_MAX_OBJECTS} objects are reachable from its arguments")
