@@ -34,7 +34,7 @@ from . import distributions as dist
 from .config import PPOConfig
 from .losses import gae, ppo_loss
 from .networks import ActorCritic
-from .optim import adam_init, adam_step
+from .optim import adam_init, adam_step, with_powers
 
 #: Noise keys are derived from the seed with this offset, apart from the envs' keys.
 _NOISE_SALT = 0x5DEECE66D
@@ -293,7 +293,8 @@ class PPO(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.params = state["params"].to(self.device)
-        self.opt_state = {k: v.to(self.device) for k, v in state["opt_state"].items()}
+        opt_state = {k: v.to(self.device) for k, v in state["opt_state"].items()}
+        self.opt_state = with_powers(opt_state)  # a checkpoint from before the powers
         self.draws = state["draws"].to(self.device)
         self.updates_done = int(state["updates_done"])
         self.update_index = torch.full(

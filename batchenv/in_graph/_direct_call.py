@@ -386,7 +386,6 @@ def _reachable(args: tuple) -> dict[int, tuple]:
         path, value = stack.pop()
         if isinstance(value, _LEAVES) or id(value) in found:
             continue
-            continue
         if len(found) >= _MAX_OBJECTS:
             raise _CannotPlan(f"more than {_MAX_OBJECTS} objects are reachable from its arguments")
         if isinstance(value, np.ndarray | set | frozenset):

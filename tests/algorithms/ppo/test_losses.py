@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from batchenv.algorithms.ppo.losses import discounted_sums, gae, ppo_loss
-from batchenv.algorithms.ppo.optim import adam_init, adam_step
+from batchenv.algorithms.ppo.optim import adam_init, adam_step, with_powers
 
 
 def test_gae_by_hand():
@@ -119,3 +119,20 @@ def test_adam_with_clipping_matches_torch_optim():
             torch.nn.utils.clip_grad_norm_([weight], 0.5)
             optimizer.step()
         torch.testing.assert_close(params[agent], weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_adam_keeps_the_bias_corrections_powers_and_fills_them_for_older_states():
+    params, state = torch.zeros(1, 3), adam_init(torch.zeros(1, 3))
+    for _ in range(5):
+        params, state = adam_step(params, torch.ones(1, 3), state, torch.tensor(0.1), 0.5)
+    assert float(state["count"]) == 5.0
+    assert float(state["beta1_power"]) == pytest.approx(0.9**5, rel=1e-6)
+    assert float(state["beta2_power"]) == pytest.approx(0.999**5, rel=1e-6)
+    # A state saved before the powers were kept (m, v, count only) steps exactly as one
+    # that kept them: the powers are filled from the count.
+    older = {name: state[name] for name in ("m", "v", "count")}
+    filled = with_powers(older)
+    assert set(filled) == set(state)
+    a = adam_step(params, torch.ones(1, 3), state, torch.tensor(0.1), 0.5)
+    b = adam_step(params, torch.ones(1, 3), filled, torch.tensor(0.1), 0.5)
+    torch.testing.assert_close(a[0], b[0], rtol=1e-6, atol=0.0)
