@@ -128,8 +128,8 @@ def test_adam_keeps_the_bias_corrections_powers_and_fills_them_for_older_states(
     assert float(state["count"]) == 5.0
     assert float(state["beta1_power"]) == pytest.approx(0.9**5, rel=1e-6)
     assert float(state["beta2_power"]) == pytest.approx(0.999**5, rel=1e-6)
-    # A state saved before the powers were kept (m, v, count only) steps exactly as one
-    # that kept them: the powers are filled from the count.
+    # A state saved before the powers were kept (m, v, count only) steps as one that kept
+    # them, to float32 rounding: the powers are filled from the count.
     older = {name: state[name] for name in ("m", "v", "count")}
     filled = with_powers(older)
     assert set(filled) == set(state)
