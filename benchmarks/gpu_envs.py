@@ -8,7 +8,9 @@ Sections (each row is measured in this run, on this machine):
                 and the envs that finished at the previous step start afresh in the same
                 call (``reset_mask``), so episode turnover is included and nothing leaves
                 the device. "env steps/s" counts envs x steps per second (WarpDrive's unit);
-                agent steps/s are that times the agents per env.
+                agent steps/s are that times the agents per env. On a GPU each Triton row
+                has a "triton-graphed" twin: the same loop, 8 steps recorded once as a CUDA
+                graph and replayed (one launch per 8 steps).
   sampler       actions/s of ``sample_categorical`` (Triton) vs ``torch.multinomial`` and
                 ``torch.distributions.Categorical`` on ``[envs x agents, 5]`` logits.
   end-to-end    training iterations/s (env steps/s of a rollout + learning loop): per step a
@@ -73,6 +75,8 @@ ANCHORS = {
     ("cartpole", 2048, 1): 20e6,  # gymnax, one A100
 }
 TARGET = 5.0
+#: Steps recorded in one CUDA graph by the graphed rows.
+GRAPH_STEPS = 8
 #: Largest observation tensor a row may allocate; bigger rows use the partial observation.
 MAX_OBS_BYTES = 1 << 30
 
@@ -184,6 +188,35 @@ def env_rate(game, num_envs, agents, backend, device, seconds, compiled=False) -
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def graphed_env_rate(game, num_envs, agents, device, seconds) -> Row:
+    """The Triton row's loop with ``GRAPH_STEPS`` steps recorded once as a CUDA graph
+    (``CudaGraphLoop``) and replayed: one launch per ``GRAPH_STEPS`` steps instead of the
+    kernel and its few torch ops on every step."""
+    from batchenv.in_graph.cuda_graph import CudaGraphLoop, GraphCaptureError
+
+    label = "triton-graphed"
+    try:
+        env, note = make_game(game, num_envs, agents, "triton", device)
+        actions = random_actions(env, GRAPH_STEPS)
+        state = {"done": torch.zeros(num_envs, dtype=torch.bool, device=device)}
+
+        def steps():
+            for action in actions:
+                _, _, terminated, truncated = env.step(action, state["done"])
+                state["done"] = terminated | truncated
+
+        loop = CudaGraphLoop(steps, {"env": env, "state": state})
+        rate = timed(lambda i: loop(), device, seconds, warmup=5) * num_envs * GRAPH_STEPS
+        return Row(section(game), game, label, num_envs, agents, rate, note)
+    except GraphCaptureError as error:
+        reason = str(error).splitlines()[0]
+        return Row(section(game), game, label, num_envs, agents, None, f"not graphed: {reason}")
+    except torch.OutOfMemoryError:
+        return Row(section(game), game, label, num_envs, agents, None, "out of memory")
+    finally:
+        torch.cuda.empty_cache()
 
 
 def section(game: str) -> str:
@@ -347,7 +380,7 @@ def print_rows(rows: list[Row]) -> None:
             "" if row.predicted is None or row.rate is None else f"{row.rate / row.predicted:.2f}"
         )
         note = row.note
-        if anchor is not None and row.rate is not None and row.backend == "triton":
+        if anchor is not None and row.rate is not None and row.backend.startswith("triton"):
             note = (note + "; " if note else "") + (
                 "meets the 5x target" if row.rate >= TARGET * anchor else "below the 5x target"
             )
@@ -410,6 +443,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     for game, n, agents in configs:
         for backend in backends:
             rows.append(env_rate(game, n, agents, backend, device, seconds))
+        if triton_ok and gpu:
+            rows.append(graphed_env_rate(game, n, agents, device, seconds))
         if not triton_ok:
             rows.append(Row("env", game, "triton", n, agents, None, "needs a GPU"))
         if n in compile_sizes and (agents == 5 or gpu):
@@ -422,6 +457,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     for n in classic_sizes:
         for backend in backends:
             rows.append(env_rate("cartpole", n, 1, backend, device, seconds))
+        if triton_ok and gpu:
+            rows.append(graphed_env_rate("cartpole", n, 1, device, seconds))
         if not triton_ok:
             rows.append(Row("classic", "cartpole", "triton", n, 1, None, "needs a GPU"))
         print_progress(rows[-1])
