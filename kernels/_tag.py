@@ -118,6 +118,11 @@ def agent_starts(reset_mask_ptr, restarts_ptr, key_lo, key_hi, env, env_ok, agen
     per agent. Counts the fresh start in the env's restart counter.
 
     Philox counter ``(env, count lo, count hi, stream + 4 * agent)``: one draw per agent.
+
+    The count is read by every warp of the program and written once. Past 64 agents a
+    program has 4 warps, which Triton does not keep in step: without the barrier, a warp
+    could store the new count before a slower one had read the old, and that warp's agents
+    would start from the next fresh start's draws.
     """
     fresh = tl.load(reset_mask_ptr + env, mask=env_ok, other=0) != 0  # scalar
     fresh_lanes = tl.load(reset_mask_ptr + env + agents * 0, mask=valid, other=0) != 0
@@ -131,5 +136,6 @@ def agent_starts(reset_mask_ptr, restarts_ptr, key_lo, key_hi, env, env_ok, agen
         key_lo.to(tl.uint32),
         key_hi.to(tl.uint32),
     )
+    tl.debug_barrier()  # every warp has read the count
     tl.store(restarts_ptr + env, count + fresh.to(tl.int64), mask=env_ok)
     return fresh, fresh_lanes, uniform_from_bits(r0), uniform_from_bits(r1), uniform_from_bits(r2)

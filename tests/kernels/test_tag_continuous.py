@@ -275,6 +275,25 @@ def test_triton_matches_torch(n, observed, triton_device):
     assert report.episodes > 0
 
 
+@pytest.mark.slow  # ~3 min in Triton's interpreter (105 x 105 nearest-agent selections)
+def test_triton_matches_torch_with_four_warps_a_program(triton_device):
+    """105 agents: 4 warps a program, all reading the restart count one of them writes (see
+    the discrete game's test of the same name)."""
+    kwargs = dict(num_taggers=5, num_runners=100, episode_length=3, num_other_agents_observed=4)
+    num_envs = 2048 if triton_device.type == "cuda" else 2
+    report = check_consistency(
+        functools.partial(ContinuousTag, device=triton_device, backend="triton", **kwargs),
+        functools.partial(ContinuousTag, device=triton_device, **kwargs),
+        num_envs=num_envs,
+        steps=8,
+        seed=5,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    assert report.passed, str(report)
+    assert report.episodes >= 2 * num_envs
+
+
 @pytest.mark.slow
 def test_triton_matches_torch_few_dozen_envs(triton_device):
     kwargs = dict(num_taggers=3, num_runners=8, episode_length=8, tagging_distance=0.1)

@@ -251,6 +251,28 @@ def test_triton_matches_torch_few_dozen_envs(triton_device):
     assert report.episodes > 10
 
 
+@pytest.mark.parametrize("full", [True, False], ids=["full", "partial"])
+def test_triton_matches_torch_with_four_warps_a_program(full, triton_device):
+    """Past 64 agents a program runs 4 warps, and every warp reads the env's restart count
+    that one of them then writes: fresh starts must draw the same starts as the torch
+    backend (a race there made CUDA-graph replays differ from eager steps on an H200). On
+    CUDA many envs give the warps many chances to drift apart; Triton's interpreter runs a
+    program as one, so there the test checks the rules at this size."""
+    kwargs = dict(num_taggers=99, grid_length=2, episode_length=3, full_observation=full)
+    num_envs = 4096 if triton_device.type == "cuda" else 2
+    report = check_consistency(
+        functools.partial(DiscreteTag, device=triton_device, backend="triton", **kwargs),
+        functools.partial(DiscreteTag, device=triton_device, **kwargs),
+        num_envs=num_envs,
+        steps=8,
+        seed=5,
+        atol=0.0,
+        rtol=0.0,
+    )
+    assert report.passed, str(report)
+    assert report.episodes >= 2 * num_envs  # every env started afresh at least twice
+
+
 def test_checker_reports_the_agent_and_feature(triton_device, monkeypatch):
     """A torch step with the wrong wall penalty is caught at the agent that hit the wall."""
     kwargs = dict(num_taggers=2, grid_length=2, episode_length=8, full_observation=False)
