@@ -240,7 +240,9 @@ def run_fresh(script: str, spec: dict, args: argparse.Namespace, jax_side: str) 
     """Run ``script SPEC`` (a file of this folder) in a fresh interpreter, in a scratch
     directory with an empty TorchInductor cache: the JAX interpreter (``args.jax_python`` or
     the venv's) where ``spec["side"] == jax_side``, else this one. The child's last
-    ``RESULT {json}`` line, or ``{"error": ...}`` within ``args.timeout`` seconds."""
+    ``RESULT {json}`` line, or ``{"error": ...}`` within ``args.timeout`` seconds. A child
+    that runs out of time leaves the ``ENTRY {json}`` lines it printed as ``"entries"``, and
+    its last line on stderr (what it was doing) in the error."""
     python = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if spec["side"] == jax_side:
@@ -254,13 +256,33 @@ def run_fresh(script: str, spec: dict, args: argparse.Namespace, jax_side: str) 
             done = subprocess.run(
                 command, cwd=scratch, env=env, capture_output=True, text=True, timeout=args.timeout
             )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {args.timeout} s"}
+        except subprocess.TimeoutExpired as error:
+            return timed_out(error, args.timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
         return {"error": f"exit {done.returncode}: {tail}"}
     return json.loads(lines[-1][len("RESULT ") :])
+
+
+def timed_out(error: subprocess.TimeoutExpired, seconds: int) -> dict:
+    """What a child that ran out of time left: its finished entries and its last stderr line."""
+
+    def text(output) -> str:  # partial output may come back undecoded
+        if isinstance(output, bytes):
+            return output.decode(errors="replace")
+        return output or ""
+
+    entries = [
+        json.loads(line[len("ENTRY ") :])
+        for line in text(error.stdout).splitlines()
+        if line.startswith("ENTRY ")
+    ]
+    message = f"timed out after {seconds} s"
+    last = text(error.stderr).strip().splitlines()[-1:]
+    if last:
+        message += f"; last started: {last[0].strip()}"
+    return {"error": message, "entries": entries}
 
 
 def describe(result: dict) -> str:

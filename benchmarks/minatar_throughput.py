@@ -93,9 +93,10 @@ def run_child(spec: dict, args: argparse.Namespace) -> dict:
 
 
 def describe(result: dict) -> str:
-    if "error" in result:
-        return "FAILED " + result["error"]
-    parts = []
+    failed = "FAILED " + result["error"] if "error" in result else ""
+    if failed and not result.get("entries"):
+        return failed
+    parts = [failed] if failed else []
     for entry in result["entries"]:
         if "unavailable" in entry:
             parts.append(f"{entry['label']}: {entry['unavailable']}")

@@ -97,16 +97,22 @@ def run_batchenv(spec: dict) -> tuple[list[dict], dict]:
     if device.type == "cuda":
         versions["torch_device"] = torch.cuda.get_device_name(device)
     entries = []
+
+    def measured(what: str, n: int, measure, *extra) -> None:
+        """``measure(game, n, seconds, device, *extra)``; says on stderr what runs and prints
+        its ENTRY line when done, so that a run cut by the parent's timeout tells both."""
+        print(f"{spec['game']} N={n:,}: {what}", file=sys.stderr, flush=True)
+        entries.append(measure(spec["game"], n, spec["seconds"], device, *extra))
+        print("ENTRY " + json.dumps(entries[-1]), flush=True)
+
     for n in spec["sizes"]:
-        entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device))
+        measured("torch ops, eager", n, batchenv_eager)
         if spec.get("triton"):
-            entries.append(batchenv_eager(spec["game"], n, spec["seconds"], device, "triton"))
+            measured("Triton kernel", n, batchenv_eager, "triton")
             if device.type == "cuda":
-                entries.append(batchenv_graphed(spec["game"], n, spec["seconds"], device))
+                measured("CUDA graph", n, batchenv_graphed)
         if spec["compiled"]:
-            entries.append(
-                batchenv_rollout(spec["game"], n, spec["seconds"], device, spec["unroll"])
-            )
+            measured("compiled rollout", n, batchenv_rollout, spec["unroll"])
             torch._dynamo.reset()  # the next N compiles afresh, timed on its own
     return entries, versions
 
