@@ -81,6 +81,17 @@ def target_entropy(action_space: gym.Space, config: SACConfig) -> float:
     return -float(math.prod(action_space.shape))
 
 
+def _adam(parameters, lr: float) -> torch.optim.Adam:
+    """torch's Adam with ``fused=True`` (one kernel over all parameters; a tenth of a
+    HalfCheetah-sized SAC step less on 2 CPU cores) where this torch has it for the device;
+    else its default. The two differ only in float rounding."""
+    parameters = list(parameters)
+    try:
+        return torch.optim.Adam(parameters, lr=lr, fused=True)
+    except (RuntimeError, ValueError):  # no fused kernel for this device in this torch
+        return torch.optim.Adam(parameters, lr=lr)
+
+
 class SAC(Algorithm):
     """Soft Actor-Critic over a batch of envs, learning from a replay memory.
 
@@ -131,10 +142,8 @@ class SAC(Algorithm):
         self.q2.to(self.device)
         self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
         self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
-        self.q_optimizer = torch.optim.Adam(
-            [*self.q1.parameters(), *self.q2.parameters()], lr=config.q_lr
-        )
-        self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.policy_lr)
+        self.q_optimizer = _adam([*self.q1.parameters(), *self.q2.parameters()], config.q_lr)
+        self.policy_optimizer = _adam(self.policy.parameters(), config.policy_lr)
         start = 0.0 if config.autotune else math.log(config.alpha)
         self.log_alpha = torch.tensor([start], device=self.device, requires_grad=config.autotune)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr or config.q_lr)
@@ -257,7 +266,8 @@ class SAC(Algorithm):
             for _ in range(config.policy_frequency):
                 loss_policy, entropy = self._policy_loss(observ)
                 self.policy_optimizer.zero_grad(set_to_none=True)
-                loss_policy.backward()
+                # Only the policy's gradients: the Qs' would be computed and then dropped.
+                loss_policy.backward(inputs=list(self.policy.parameters()))
                 self.policy_optimizer.step()
                 if config.autotune:
                     loss_alpha = temperature_loss(self.log_alpha, entropy, self.target_entropy)
