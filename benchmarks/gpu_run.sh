@@ -9,6 +9,7 @@
 #
 #   bash benchmarks/gpu_run.sh minatar gpu_envs in_graph impala     # the stages to run, in order
 #   bash benchmarks/gpu_run.sh ppo seeds                             # PureJaxRL on the same card
+#   bash benchmarks/gpu_run.sh tests                                 # Triton's CUDA checks
 set -u
 OUT=${OUT:-/tmp/gpu_run}
 mkdir -p "$OUT"
@@ -57,6 +58,11 @@ for what in "$@"; do
         tail -n 2 "$OUT/build.log"
         TAIL=12 stage impala 70 python3 benchmarks/impala_throughput.py --env cartpole \
             --modes "${MODES:-sync,async}" --device cuda --seconds 20 --warmup 5 ;;
+    tests)  # Triton against torch on the GPU: Tag past 64 agents (4 warps), MinAtar's kernels
+        W=test_triton_matches_torch_with_four_warps_a_program
+        TAIL=15 stage tests 240 python3 -m pytest -q -m "" -p no:cacheprovider \
+            "tests/kernels/test_tag_discrete.py::$W" "tests/kernels/test_tag_continuous.py::$W" \
+            tests/kernels/minatar/test_triton.py ;;
     ppo | seeds)
         TAIL=14 stage "$what" 200 python3 benchmarks/jax_parity.py --only "$what" --device cuda \
             --rounds 1 --purejaxrl-dir "$REPO/.pjx/purejaxrl" "${JAX[@]}" ;;
