@@ -255,11 +255,12 @@ def test_triton_matches_torch_few_dozen_envs(triton_device):
 def test_triton_matches_torch_with_four_warps_a_program(full, triton_device):
     """Past 64 agents a program runs 4 warps, and every warp reads the env's restart count
     that one of them then writes: fresh starts must draw the same starts as the torch
-    backend (a race there made CUDA-graph replays differ from eager steps on an H200). On
-    CUDA many envs give the warps many chances to drift apart; Triton's interpreter runs a
-    program as one, so there the test checks the rules at this size."""
+    backend (a race there is the likely cause of CUDA-graph replays that differed from eager
+    steps on an H200). On CUDA many envs give the warps many chances to drift apart (fewer
+    with full observations: 40k floats an env); Triton's interpreter runs a program as one,
+    so there the test checks the rules at this size."""
     kwargs = dict(num_taggers=99, grid_length=2, episode_length=3, full_observation=full)
-    num_envs = 4096 if triton_device.type == "cuda" else 2
+    num_envs = (512 if full else 4096) if triton_device.type == "cuda" else 2
     report = check_consistency(
         functools.partial(DiscreteTag, device=triton_device, backend="triton", **kwargs),
         functools.partial(DiscreteTag, device=triton_device, **kwargs),
