@@ -15,7 +15,9 @@ Sections (each row is measured in this run, on this machine):
                 ``torch.distributions.Categorical`` on ``[envs x agents, 5]`` logits.
   end-to-end    training iterations/s (env steps/s of a rollout + learning loop): per step a
                 shared MLP policy, categorical sampling and the env step; every 16 steps one
-                actor-critic gradient step. WarpDrive's unit again.
+                actor-critic gradient step. WarpDrive's unit again. On a GPU a
+                "triton-graphed" row replays each 16 steps and their gradient step as one
+                CUDA graph.
   classic       CartPole steps/s over N, the same loop as the env rows (step with the
                 previous step's finished rows as ``reset_mask``, then ``terminated |
                 truncated``).
@@ -289,6 +291,25 @@ class Policy(nn.Module):
         return out[..., :5], out[..., 5]
 
 
+def a2c_step(policy, optimizer, buffer, rollout) -> None:
+    """One actor-critic gradient step on ``rollout`` buffered steps (discounted returns)."""
+    obs, act, rew, fin = (torch.stack(x) for x in zip(*buffer))
+    logits, value = policy(obs)
+    with torch.no_grad():
+        ret = torch.zeros_like(rew[0])
+        returns = []
+        for t in reversed(range(rollout)):
+            ret = rew[t] + 0.97 * ret * (~fin[t])[:, None]
+            returns.append(ret)
+        returns = torch.stack(returns[::-1])
+    log_prob = torch.log_softmax(logits, -1).gather(-1, act[..., None])[..., 0]
+    advantage = (returns - value).detach()
+    loss = -(log_prob * advantage).mean() + 0.5 * (returns - value).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
 def end_to_end_rate(num_envs, agents, backend, device, seconds, rollout=16) -> Row:
     """Env steps/s of a rollout + A2C loop on discrete Tag (partial observation)."""
     try:
@@ -320,27 +341,69 @@ def end_to_end_rate(num_envs, agents, backend, device, seconds, rollout=16) -> R
             buffer.append((observ, action, reward, terminated | truncated))
             observ, done = next_observ, terminated | truncated
             if len(buffer) == rollout:
-                obs, act, rew, fin = (torch.stack(x) for x in zip(*buffer))
-                logits, value = policy(obs)
-                with torch.no_grad():
-                    ret = torch.zeros_like(rew[0])
-                    returns = []
-                    for t in reversed(range(rollout)):
-                        ret = rew[t] + 0.97 * ret * (~fin[t])[:, None]
-                        returns.append(ret)
-                    returns = torch.stack(returns[::-1])
-                log_prob = torch.log_softmax(logits, -1).gather(-1, act[..., None])[..., 0]
-                advantage = (returns - value).detach()
-                loss = -(log_prob * advantage).mean() + 0.5 * (returns - value).square().mean()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                a2c_step(policy, optimizer, buffer, rollout)
                 buffer.clear()
 
         rate = timed(one, device, seconds, warmup=rollout) * num_envs
         return Row("end-to-end", "discrete", backend, num_envs, agents, rate)
     except torch.OutOfMemoryError:
         return Row("end-to-end", "discrete", backend, num_envs, agents, None, "out of memory")
+
+
+def graphed_end_to_end_rate(num_envs, agents, device, seconds, rollout=16) -> Row:
+    """The Triton end-to-end loop with one iteration (``rollout`` steps and the gradient
+    step) recorded as one CUDA graph and replayed. Actions are Gumbel-max samples of
+    counter-based uniforms keyed by a step count on the device (the Triton sampler takes
+    its offset as a Python int, which a replay would freeze); Adam is ``capturable``."""
+    from batchenv.in_graph.counter_rng import counter_uniform, make_key
+    from batchenv.in_graph.cuda_graph import CudaGraphLoop, GraphCaptureError
+
+    label = "triton-graphed"
+    try:
+        env = DiscreteTag(
+            num_envs,
+            num_taggers=agents - 1,
+            full_observation=False,
+            device=device,
+            seed=0,
+            backend="triton",
+        )
+        policy = Policy(env.obs_dim).to(device)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3, capturable=True)
+        key, rows = make_key(0, device), torch.arange(num_envs * agents, device=device)
+        state = {
+            "observ": env.reset(torch.arange(num_envs, device=device)),
+            "done": torch.zeros(num_envs, dtype=torch.bool, device=device),
+            "count": torch.zeros((), dtype=torch.int64, device=device),
+        }
+
+        def iteration():
+            buffer = []
+            for _ in range(rollout):
+                with torch.no_grad():
+                    logits, _ = policy(state["observ"])
+                    u = counter_uniform(key, rows, state["count"].expand(rows.shape), 5)
+                    gumbel = -torch.log(-torch.log(u.clamp(1e-7, 1.0 - 1e-7)))
+                    action = torch.argmax(logits.reshape(-1, 5) + gumbel, dim=-1)
+                    action = action.reshape(num_envs, agents)
+                next_observ, reward, terminated, truncated = env.step(action, state["done"])
+                finished = terminated | truncated
+                buffer.append((state["observ"], action, reward, finished))
+                state.update(observ=next_observ, done=finished, count=state["count"] + 1)
+            a2c_step(policy, optimizer, buffer, rollout)
+
+        iteration()  # Adam makes its state on its first step
+        adam = [optimizer.state[p] for p in policy.parameters()]
+        loop = CudaGraphLoop(iteration, {"env": env, "policy": policy, "adam": adam, "s": state})
+        rate = timed(lambda i: loop(), device, seconds, warmup=5) * num_envs * rollout
+        return Row("end-to-end", "discrete", label, num_envs, agents, rate)
+    except GraphCaptureError as error:
+        reason = str(error).splitlines()[0]
+        return Row(
+            "end-to-end", "discrete", label, num_envs, agents, None, f"not graphed: {reason}"
+        )
+    except torch.OutOfMemoryError:
+        return Row("end-to-end", "discrete", label, num_envs, agents, None, "out of memory")
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -466,6 +529,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     for agents in e2e_agents:
         for backend in backends:
             rows.append(end_to_end_rate(2000, agents, backend, device, seconds * 2))
+        if triton_ok and gpu:
+            rows.append(graphed_end_to_end_rate(2000, agents, device, seconds * 2))
         if not triton_ok:
             rows.append(Row("end-to-end", "discrete", "triton", 2000, agents, None, "needs a GPU"))
     if not args.no_predict:

@@ -123,17 +123,17 @@ class CudaGraphLoop:
 
         A tensor that the iteration reads but that is not reachable from ``roots`` would be
         read from its recorded address forever; this check catches it (and any other way a
-        replay could differ) before training goes on.
+        replay could differ) before training goes on. State is saved and restored without
+        autograd: parameters are leaves that require grad.
         """
         before = tensor_paths(self.roots)
-        saved = {path: tensor.clone() for path, tensor in before.items()}
+        saved = _detached_clones(before)
         values = self._values[-1]
         self._record(before)  # runs the Python once (counters advance), no kernels
         self._refuse_host_state(before, saved)
         self.graph.replay()
-        replayed = {path: tensor.clone() for path, tensor in tensor_paths(self.roots).items()}
-        for path, tensor in before.items():
-            tensor.copy_(saved[path])
+        replayed = _detached_clones(tensor_paths(self.roots))
+        _copy_into(before.values(), (saved[path] for path in before))
         for path in self._steps:
             assign(self.roots, path, values[path])
         output = self._eager()
@@ -160,8 +160,7 @@ class CudaGraphLoop:
             parent, key = _parent(self.roots, path)
             if key in getattr(type(parent), "cuda_graph_host_tokens", ()):
                 continue  # its value orders host calls and is never read
-            for old, value in zip(before.values(), saved.values()):
-                old.copy_(value)
+            _copy_into(before.values(), saved.values())
             self._undo(before)
             self.graph = None
             raise GraphCaptureError(
@@ -381,8 +380,21 @@ def write_back(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Ten
     for path in rebound:
         old = before[path]
         if id(old) in sources:
-            old.copy_(sources.pop(id(old)))
+            _copy_into([old], [sources.pop(id(old))])
     return rebound
+
+
+def _detached_clones(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        return {path: tensor.clone() for path, tensor in tensors.items()}
+
+
+def _copy_into(targets: Iterable[torch.Tensor], sources: Iterable[torch.Tensor]) -> None:
+    """``target.copy_(source)`` pairwise, outside autograd (a parameter is a leaf that
+    requires grad, which autograd refuses to write in place)."""
+    with torch.no_grad():
+        for target, source in zip(targets, sources):
+            target.copy_(source)
 
 
 def assign(roots: Mapping[str, Any], path: str, value: Any) -> None:

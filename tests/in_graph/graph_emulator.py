@@ -32,11 +32,12 @@ class RecordedGraph:
         self.ops: list[tuple] = []
 
     def replay(self) -> None:
-        for func, args, kwargs, recorded in self.ops:
-            result = func(*args, **kwargs)
-            for old, new in zip(tree_leaves(recorded), tree_leaves(result)):
-                if isinstance(old, torch.Tensor) and old is not new:
-                    old.copy_(new)
+        with torch.no_grad():  # a CUDA graph replays kernels, with no autograd around them
+            for func, args, kwargs, recorded in self.ops:
+                result = func(*args, **kwargs)
+                for old, new in zip(tree_leaves(recorded), tree_leaves(result)):
+                    if isinstance(old, torch.Tensor) and old is not new:
+                        old.copy_(new)
 
 
 class _Recorder(TorchDispatchMode):
@@ -71,8 +72,9 @@ class _Recorder(TorchDispatchMode):
 
     def __exit__(self, *exc):
         result = super().__exit__(*exc)  # first, so that the undoing is not recorded
-        for tensor, saved in reversed(self.undo):
-            tensor.copy_(saved)
+        with torch.no_grad():  # parameters are leaves that require grad
+            for tensor, saved in reversed(self.undo):
+                tensor.copy_(saved)
         return result
 
 

@@ -358,3 +358,42 @@ def test_every_ppo_state_tensor_lives_on_the_training_device():
     paths = tensor_paths({"env": env, "ppo": make_ppo(config, env)})
     assert "ppo.opt_state.count" in paths
     assert [path for path, t in paths.items() if t.device.type != "meta"] == ["env.clock"]
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=cuda)], ids=["emulated", "cuda"]
+)
+def test_a_module_trained_by_torch_optim_replays_as_eager_steps(device):
+    """The usual PyTorch loop (an ``nn.Module``, ``loss.backward()``, a ``torch.optim``
+    step) as an iteration. Its parameters are leaves that require grad, so the loop saves
+    and restores them without autograd around its check of the first replay."""
+    backend = EmulatedBackend() if device == "cpu" else None
+
+    def run(graphed: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+        ).to(device)
+        if device == "cuda":  # Adam keeps its step count on the GPU
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+        else:  # the emulator cannot hold Adam's host-side count; SGD keeps no state
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = {"x": torch.randn(16, 3, device=device), "step": torch.zeros((), device=device)}
+
+        def iteration():
+            target = (data["x"].sum(-1, keepdim=True) * data["step"].cos()).detach()
+            loss = (model(data["x"]) - target).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            data["step"] = data["step"] + 1
+            return loss.detach()
+
+        optimizer_state = [optimizer.state[p] for p in model.parameters()]
+        roots = {"model": model, "data": data, "optimizer": optimizer_state}
+        step = CudaGraphLoop(iteration, roots, backend=backend) if graphed else iteration
+        losses = [step().clone() for _ in range(7)]
+        return losses + [p.detach().clone() for p in model.parameters()]
+
+    for plain, replayed in zip(run(False), run(True)):
+        torch.testing.assert_close(replayed, plain, rtol=1e-5, atol=1e-7)
