@@ -58,11 +58,13 @@ for what in "$@"; do
         tail -n 2 "$OUT/build.log"
         TAIL=12 stage impala 70 python3 benchmarks/impala_throughput.py --env cartpole \
             --modes "${MODES:-sync,async}" --device cuda --seconds 20 --warmup 5 ;;
-    tests)  # Triton against torch on the GPU: Tag past 64 agents (4 warps), MinAtar's kernels
+    tests)  # on the GPU: Tag past 64 agents (4 warps) and MinAtar's kernels against torch;
+        # a module trained by torch.optim as a CUDA graph
         W=test_triton_matches_torch_with_four_warps_a_program
         TAIL=15 stage tests 240 python3 -m pytest -q -m "" -p no:cacheprovider \
             "tests/kernels/test_tag_discrete.py::$W" "tests/kernels/test_tag_continuous.py::$W" \
-            tests/kernels/minatar/test_triton.py ;;
+            tests/kernels/minatar/test_triton.py \
+            "tests/in_graph/test_cuda_graph.py::test_a_module_trained_by_torch_optim_replays_as_eager_steps" ;;
     ppo | seeds)
         TAIL=14 stage "$what" 200 python3 benchmarks/jax_parity.py --only "$what" --device cuda \
             --rounds 1 --purejaxrl-dir "$REPO/.pjx/purejaxrl" "${JAX[@]}" ;;
