@@ -291,6 +291,19 @@ class Policy(nn.Module):
         return out[..., :5], out[..., 5]
 
 
+def training_tag(num_envs, agents, backend, device) -> tuple[DiscreteTag, Policy]:
+    """The end-to-end rows' env (discrete Tag, partial observation) and a fresh policy."""
+    env = DiscreteTag(
+        num_envs,
+        num_taggers=agents - 1,
+        full_observation=False,
+        device=device,
+        seed=0,
+        backend=backend,
+    )
+    return env, Policy(env.obs_dim).to(device)
+
+
 def a2c_step(policy, optimizer, buffer, rollout) -> None:
     """One actor-critic gradient step on ``rollout`` buffered steps (discounted returns)."""
     obs, act, rew, fin = (torch.stack(x) for x in zip(*buffer))
@@ -313,15 +326,7 @@ def a2c_step(policy, optimizer, buffer, rollout) -> None:
 def end_to_end_rate(num_envs, agents, backend, device, seconds, rollout=16) -> Row:
     """Env steps/s of a rollout + A2C loop on discrete Tag (partial observation)."""
     try:
-        env = DiscreteTag(
-            num_envs,
-            num_taggers=agents - 1,
-            full_observation=False,
-            device=device,
-            seed=0,
-            backend=backend,
-        )
-        policy = Policy(env.obs_dim).to(device)
+        env, policy = training_tag(num_envs, agents, backend, device)
         optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
         observ = env.reset(torch.arange(num_envs, device=device))
         done = torch.zeros(num_envs, dtype=torch.bool, device=device)
@@ -355,20 +360,13 @@ def graphed_end_to_end_rate(num_envs, agents, device, seconds, rollout=16) -> Ro
     step) recorded as one CUDA graph and replayed. Actions are Gumbel-max samples of
     counter-based uniforms keyed by a step count on the device (the Triton sampler takes
     its offset as a Python int, which a replay would freeze); Adam is ``capturable``."""
+    from batchenv.algorithms.ppo.distributions import sample_categorical as gumbel_max
     from batchenv.in_graph.counter_rng import counter_uniform, make_key
     from batchenv.in_graph.cuda_graph import CudaGraphLoop, GraphCaptureError
 
     label = "triton-graphed"
     try:
-        env = DiscreteTag(
-            num_envs,
-            num_taggers=agents - 1,
-            full_observation=False,
-            device=device,
-            seed=0,
-            backend="triton",
-        )
-        policy = Policy(env.obs_dim).to(device)
+        env, policy = training_tag(num_envs, agents, "triton", device)
         optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3, capturable=True)
         key, rows = make_key(0, device), torch.arange(num_envs * agents, device=device)
         state = {
@@ -383,9 +381,7 @@ def graphed_end_to_end_rate(num_envs, agents, device, seconds, rollout=16) -> Ro
                 with torch.no_grad():
                     logits, _ = policy(state["observ"])
                     u = counter_uniform(key, rows, state["count"].expand(rows.shape), 5)
-                    gumbel = -torch.log(-torch.log(u.clamp(1e-7, 1.0 - 1e-7)))
-                    action = torch.argmax(logits.reshape(-1, 5) + gumbel, dim=-1)
-                    action = action.reshape(num_envs, agents)
+                    action = gumbel_max(logits, u.reshape(logits.shape))
                 next_observ, reward, terminated, truncated = env.step(action, state["done"])
                 finished = terminated | truncated
                 buffer.append((state["observ"], action, reward, finished))
