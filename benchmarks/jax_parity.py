@@ -22,6 +22,12 @@ empty TorchInductor cache (``TORCHINDUCTOR_CACHE_DIR``), so that both compile fr
 JAX does without a persistent compilation cache. Rounds interleave the sides (JAX, batchenv,
 JAX, batchenv, ... with the order swapped each round); the table shows medians over rounds.
 
+``--second-run`` runs each side twice in the same scratch directory, the second time with
+the compiled code the first left on disk: TorchInductor's cache on ours, JAX's persistent
+compilation cache (``JAX_COMPILATION_CACHE_DIR``, every program kept) on theirs. The second
+runs are rows of their own, "(second run)", compared with each other: what a user sees when
+running the same training again.
+
 Columns: wall seconds (program building, compiling and running; not the interpreter start
 or imports), env steps per second (run time only, compile excluded; all seeds together),
 compile seconds (JAX: ``lower().compile()``; torch: the warm-up calls minus the same number
@@ -231,33 +237,47 @@ def spec_for(side: str, workload: str, args: argparse.Namespace) -> dict:
     return spec
 
 
-def run_child(spec: dict, args: argparse.Namespace) -> dict:
+SECOND_RUN = " (second run)"
+
+
+def run_child(spec: dict, args: argparse.Namespace, scratch: str | None = None) -> dict:
     """Run ``spec`` in a fresh interpreter of its side; its RESULT, or ``{"error": ...}``."""
-    return run_fresh("jax_parity_child.py", spec, args, jax_side="jax")
+    return run_fresh("jax_parity_child.py", spec, args, jax_side="jax", scratch=scratch)
 
 
-def run_fresh(script: str, spec: dict, args: argparse.Namespace, jax_side: str) -> dict:
+def run_fresh(
+    script: str, spec: dict, args: argparse.Namespace, jax_side: str, scratch: str | None = None
+) -> dict:
     """Run ``script SPEC`` (a file of this folder) in a fresh interpreter, in a scratch
     directory with an empty TorchInductor cache: the JAX interpreter (``args.jax_python`` or
     the venv's) where ``spec["side"] == jax_side``, else this one. The child's last
     ``RESULT {json}`` line, or ``{"error": ...}`` within ``args.timeout`` seconds. A child
     that runs out of time leaves the ``ENTRY {json}`` lines it printed as ``"entries"``, and
-    its last line on stderr (what it was doing) in the error."""
+    its last line on stderr (what it was doing) in the error.
+
+    ``scratch``: a directory to run in instead of a new one, with the compilation caches
+    (TorchInductor's and JAX's persistent one) that earlier runs there left."""
+    if scratch is None:
+        with tempfile.TemporaryDirectory(prefix=f"{Path(script).stem}_") as fresh:
+            return run_fresh(script, spec, args, jax_side, scratch=fresh)
     python = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if spec["side"] == jax_side:
         python = str(args.jax_python or venv_python(args.venv))
         if args.jax_python is None:
             env.pop("PYTHONPATH", None)  # nothing of this project's interpreter
-    with tempfile.TemporaryDirectory(prefix=f"{Path(script).stem}_") as scratch:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(scratch) / "inductor")
-        command = [python, str(HERE / script), json.dumps(spec)]
-        try:
-            done = subprocess.run(
-                command, cwd=scratch, env=env, capture_output=True, text=True, timeout=args.timeout
-            )
-        except subprocess.TimeoutExpired as error:
-            return timed_out(error, args.timeout)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(scratch) / "inductor")
+    if getattr(args, "second_run", False):  # JAX keeps every compiled program on disk
+        env["JAX_COMPILATION_CACHE_DIR"] = str(Path(scratch) / "jax")
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
+    command = [python, str(HERE / script), json.dumps(spec)]
+    try:
+        done = subprocess.run(
+            command, cwd=scratch, env=env, capture_output=True, text=True, timeout=args.timeout
+        )
+    except subprocess.TimeoutExpired as error:
+        return timed_out(error, args.timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
@@ -309,14 +329,27 @@ def measure(args: argparse.Namespace) -> dict:
         for workload in args.only:
             sides = SIDES if round_index % 2 == 0 else SIDES[::-1]
             for side in sides:
-                result = run_child(spec_for(side, workload, args), args)
-                runs[workload][side].append(result)
-                print(
-                    f"[round {round_index + 1}/{args.rounds}] {workload} {side}: "
-                    f"{describe(result)}",
-                    flush=True,
-                )
+                for result in runs_of(spec_for(side, workload, args), args):
+                    runs[workload][side].append(result)
+                    print(
+                        f"[round {round_index + 1}/{args.rounds}] {workload} {side}: "
+                        f"{describe(result)}",
+                        flush=True,
+                    )
     return runs
+
+
+def runs_of(spec: dict, args: argparse.Namespace) -> list[dict]:
+    """One run of ``spec``; with ``--second-run``, two in one scratch directory, the second's
+    entries labelled SECOND_RUN."""
+    if not args.second_run:
+        return [run_child(spec, args)]
+    with tempfile.TemporaryDirectory(prefix="jax_parity_child_") as scratch:
+        first = run_child(spec, args, scratch)
+        second = run_child(spec, args, scratch)
+    for entry in second.get("entries", []):
+        entry["label"] += SECOND_RUN
+    return [first, second]
 
 
 # -- summary -----------------------------------------------------------------------------------
@@ -369,7 +402,15 @@ def table(runs: dict) -> list[str]:
         ours_groups = entries_by_label(by_side["batchenv"])
         for side, groups in (("jax", jax_groups), ("batchenv", ours_groups)):
             for (label, num_envs), entries in groups.items():
-                peer = next((e for (_, n), e in jax_groups.items() if n == num_envs), None)
+                peer = next(
+                    (
+                        e
+                        for (peer_label, n), e in jax_groups.items()
+                        if n == num_envs
+                        and peer_label.endswith(SECOND_RUN) == label.endswith(SECOND_RUN)
+                    ),
+                    None,
+                )
                 lines.append(_row(workload, label, num_envs, entries, side, peer))
         for side in SIDES:
             failed = [r["error"] for r in by_side[side] if "error" in r]
@@ -483,6 +524,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--purejaxrl-dir", type=Path, default=CACHE / "purejaxrl")
     parser.add_argument("--timeout", type=int, default=RUN_TIMEOUT_S, help="per run, seconds")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write all runs here")
+    parser.add_argument(
+        "--second-run",
+        action="store_true",
+        help="run each side again with the compilation caches its first run left",
+    )
     args = parser.parse_args(argv)
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in args.only if name not in WORKLOADS]
