@@ -74,6 +74,8 @@ class DirectProgram:
         function: the program (positional arguments only, as ``rollout()`` and PPO call it).
         options: Inductor options, as for ``torch.compile(options=...)``.
         guard_filter_fn: Dynamo's guard filter (``compile_program`` keeps tensor guards).
+        inductor: False runs Dynamo's graph as it is (torch ops, no Inductor compile): for a
+            program whose plan is only learned, to be run by a compiled loop (_scan_loop).
 
     ``direct_calls`` counts the calls that skipped Dynamo; ``refused`` says why none will.
     """
@@ -83,8 +85,9 @@ class DirectProgram:
         function: Callable,
         options: dict[str, Any],
         guard_filter_fn: Callable | None = None,
+        inductor: bool = True,
     ):
-        self._backend = _RecordingInductor(options)
+        self._backend = _RecordingInductor(options) if inductor else _RecordingGraph()
         self._dynamo = torch._dynamo.optimize(
             backend=self._backend,
             nopython=True,
@@ -190,12 +193,24 @@ class _RecordingInductor(torch._TorchCompileInductorWrapper):
         return _Graph(self, model_, super().__call__(model_, inputs_, **kwargs))
 
 
+class _RecordingGraph:
+    """A backend that runs Dynamo's graph as it is, recording like _RecordingInductor."""
+
+    def __init__(self):
+        self.recording = False
+        self.last: tuple[_Graph, list, Any] | None = None
+
+    def __call__(self, model_, inputs_, **kwargs):
+        return _Graph(self, model_, model_.forward)
+
+
 class _Graph:
     """One compiled graph: its inputs' sources as Dynamo named them, and the callable."""
 
-    def __init__(self, backend: _RecordingInductor, gm: torch.fx.GraphModule, compiled):
+    def __init__(self, backend, gm: torch.fx.GraphModule, compiled):
         self.backend = backend
         self.compiled = compiled
+        self.gm = gm  # Dynamo's graph (torch ops), which _scan_loop runs inside a loop
         self.sources: list[str | None] = []
         self.custom_ops: list[str] = []
         for node in gm.graph.nodes:
@@ -231,6 +246,7 @@ class _Plan:
         # outputs followed by its inputs, and those very tensors for the next call: an input
         # that is one of them needs no meta check (the same graph made it).
         self.pick: Callable[[list], tuple] | None = None
+        self.indices: list[int] | None = None  # what pick takes, by position
         self.expected: tuple = ()
 
     def same_as(self, other: _Plan) -> bool:
@@ -266,6 +282,7 @@ class _Plan:
         (inputs, outputs), (now_inputs, now_outputs) = previous, current
         where = {id(x): j for j, x in reversed(list(enumerate([*outputs, *inputs])))}
         indices = [where.get(id(x), len(outputs) + i) for i, x in enumerate(now_inputs)]
+        self.indices = indices
         self.pick = lambda values: tuple(values[k] for k in indices)
         if len(indices) > 1:
             self.pick = operator.itemgetter(*indices)

@@ -28,7 +28,41 @@ def _chosen_wrapper() -> type:
 
     if config.aot_inductor.allow_stack_allocation:
         return _stack_temporaries_wrapper()
-    return CppWrapperCpu
+    return _distinct_loop_outputs(CppWrapperCpu)
+
+
+@functools.cache
+def _distinct_loop_outputs(base: type) -> type:
+    """``base`` with one fix to its C++ for a loop (a while_loop, which torch's ``scan``
+    becomes): when two carried values of a loop's body are one buffer, Inductor moves the
+    buffer into the first slot and then moves the emptied handle into the second, which
+    crashes the next iteration. Here the second slot gets a new handle to the same tensor."""
+    from torch._inductor import ir
+
+    class DistinctLoopOutputs(base):
+        @staticmethod
+        def create(*args, **kwargs):
+            return DistinctLoopOutputs()
+
+        def codegen_subgraph_suffix(self, subgraph, outer_inputs, outer_outputs):
+            first: dict[str, str] = {}
+            for inner, outer in zip(subgraph.graph.graph_outputs, outer_outputs):
+                source = inner.codegen_reference()
+                if isinstance(inner, ir.ShapeAsConstantBuffer):
+                    self.writeline(f"{outer} = {source};")
+                elif source in first:
+                    self.writeline(f"{outer}.reset();")
+                    self.writeline(
+                        f"{{ AtenTensorHandle handle; AOTI_TORCH_ERROR_CODE_CHECK("
+                        f"aoti_torch_assign_tensors_out({first[source]}, &handle)); "
+                        f"{outer} = RAIIAtenTensorHandle(handle); }}"
+                    )
+                else:
+                    first[source] = outer
+                    self.writeline(f"{outer}.reset();")
+                    self.writeline(f"{outer} = std::move({source});")
+
+    return DistinctLoopOutputs
 
 
 @functools.cache
@@ -53,7 +87,7 @@ def _stack_temporaries_wrapper() -> type:
         except (AttributeError, NotImplementedError):  # None and shape outputs
             return None
 
-    class StackTemporaries(CppWrapperCpuArrayRef):
+    class StackTemporaries(_distinct_loop_outputs(CppWrapperCpuArrayRef)):
         @staticmethod
         def create(*args, **kwargs):
             return StackTemporaries()

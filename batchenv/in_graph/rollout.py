@@ -54,6 +54,7 @@ import torch
 
 from batchenv.in_graph import _dtype_rules_once, _stack_buffers
 from batchenv.in_graph._direct_call import DirectProgram
+from batchenv.in_graph._scan_loop import ScanLoop
 from batchenv.in_graph.algorithm import Algorithm, Summaries, overrides
 from batchenv.in_graph.cuda_graph import recording
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
@@ -95,6 +96,7 @@ def rollout(
     logger: Any = None,
     unroll: int | None = None,
     compile: bool = True,
+    scan: bool = False,
 ) -> Rollout:
     """Run ``steps`` lockstep steps of ``env`` and ``algo`` as compiled code.
 
@@ -112,6 +114,11 @@ def rollout(
             Default: the largest divisor of ``steps`` up to ``DEFAULT_UNROLL`` (4). Larger
             chunks cost compile time and save some call overhead per chunk.
         compile: False runs the same masked program eagerly (for debugging and tests).
+        scan: on a CPU, run all ``steps`` as one compiled loop (torch's ``scan``): one step's
+            code compiled once, the loop in C++. The first two rollouts of ``(env, algo,
+            steps)`` run step by step (uncompiled) while the step's plan is learned; then the
+            loop is compiled. ``unroll`` is then unused. Where the step cannot run as a
+            loop (see ``batchenv.in_graph._scan_loop``), rollouts go on step by step.
 
     Returns:
         :class:`Rollout` ``(done [T, B], score [T, B], summaries)``.
@@ -128,6 +135,8 @@ def rollout(
         raise ValueError(f"rollout(unroll={unroll!r}): unroll must be an int in [1, steps]")
     _check_episode_methods(algo)
     batch = in_graph_batch_env(env)
+    if scan and compile and not reset and batch.device.type == "cpu":
+        return _scanned(batch, algo, steps, log, logger)
     dones, scores = [], []
     done_so_far = 0
     first = True
@@ -151,6 +160,47 @@ def rollout(
         batch.raise_if_nonfinite()
     summaries = _finish(batch, None, log, logger)
     return Rollout(torch.cat(dones), torch.cat(scores), summaries)
+
+
+def _scanned(batch: InGraphBatchEnv, algo: Algorithm, steps: int, log: bool, logger) -> Rollout:
+    """rollout(scan=True): the compiled loop once the step's plan is known, else steps run
+    one at a time through the program that learns it."""
+    programs = batch.__dict__.setdefault("_rollout_programs", {})
+    key = (id(algo), "scan", steps)
+    entry = programs.get(key)
+    if entry is None or entry[0]() is not algo:
+        options = program_options(batch.device, getattr(batch.env, "compile_options", None))
+        guard_filter_fn = options.pop("guard_filter_fn")
+        # Inductor's stack-array temporaries do not compile inside a loop's body.
+        options.pop(_stack_buffers.OPTION, None)
+        step = DirectProgram(_own_code(_steps), options, guard_filter_fn, inductor=False)
+        entry = programs[key] = [weakref.ref(algo), step, None, options]
+    _, step, loop, options = entry
+    args = (batch, algo, 1, False)
+    deferred, batch.defer_check = batch.defer_check, True
+    try:
+        out = None
+        if loop is None and step._plan is not None:
+            loop = entry[2] = ScanLoop(step, args, steps, options)
+        if loop is not None and loop.refused is None:
+            out = loop(args)
+            if out is None:  # the tensors changed shape or type: learn the plan again
+                entry[2] = None
+        if out is not None:
+            done, score = (x.flatten(0, 1) for x in out)
+        else:
+            try:
+                results = [step(*args) for _ in range(steps)]
+            except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:
+                raise _named_break(algo, error) from error
+            done = torch.cat([d for d, _ in results])
+            score = torch.cat([c for _, c in results])
+    finally:
+        batch.defer_check = deferred
+    if batch.check_finite and not recording():
+        batch.raise_if_nonfinite()
+    summaries = _finish(batch, None, log, logger)
+    return Rollout(done, score, summaries)
 
 
 def masked_step(batch: InGraphBatchEnv, algo: Algorithm, reset: bool = False) -> tuple:
@@ -230,6 +280,18 @@ def compile_program(
     reaching the recompile limit.
     """
     function = _own_code(function)
+    options = program_options(device, env_options)
+    if direct and torch.device(device).type == "cpu":
+        guard_filter_fn = options.pop("guard_filter_fn")
+        return DirectProgram(function, options, guard_filter_fn)
+    return torch.compile(function, fullgraph=True, dynamic=False, options=options)
+
+
+def program_options(
+    device: torch.device | str, env_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``torch.compile`` options of :func:`compile_program` (``guard_filter_fn`` among
+    them), for ``device`` and an env's ``compile_options``."""
     _dtype_rules_once.install()  # less compile time (82 -> 67 s for PPO's rollout; see the module)
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if torch.device(device).type == "cpu":
@@ -251,10 +313,7 @@ def compile_program(
         # trivial program's 5.2-5.9 -> 4.4 s; the machine code is the same.
         options["aot_inductor.enable_line_tables"] = False
     options.update(env_options or {})  # e.g. MinAtar's games turn CPU vectorisation off
-    if direct and torch.device(device).type == "cpu":
-        guard_filter_fn = options.pop("guard_filter_fn")
-        return DirectProgram(function, options, guard_filter_fn)
-    return torch.compile(function, fullgraph=True, dynamic=False, options=options)
+    return options
 
 
 _copies = itertools.count()

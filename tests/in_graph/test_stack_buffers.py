@@ -46,7 +46,10 @@ def test_outputs_are_not_overwritten_by_the_next_call():
 def test_the_wrapper_is_chosen_per_program():
     assert _stack_buffers.enable_per_program_choice()
     cpu = _stack_buffers._chosen_wrapper
-    assert cpu() is CppWrapperCpu  # torch's default config: Inductor's usual wrapper
+    # torch's default config: Inductor's usual wrapper, with loops' carried outputs distinct
+    plain = cpu()
+    assert issubclass(plain, CppWrapperCpu) and not issubclass(plain, CppWrapperCpuArrayRef)
+    assert plain.codegen_subgraph_suffix is not CppWrapperCpu.codegen_subgraph_suffix
     with inductor_config.patch({_stack_buffers.OPTION: True}):
         chosen = cpu()
     assert issubclass(chosen, CppWrapperCpuArrayRef) and chosen is not CppWrapperCpuArrayRef
@@ -64,3 +67,25 @@ def test_a_users_own_cpp_wrapper_program_is_unchanged():
     for got, want in zip(first, kept):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert not inductor_config.aot_inductor.allow_stack_allocation
+
+
+def test_a_loop_whose_carried_values_are_one_buffer_runs():
+    """Two carried values that Inductor computes into one buffer (the same expression): its
+    C++ loop moved the buffer into both slots and crashed on the next pass."""
+    from torch._higher_order_ops.scan import scan
+
+    assert _stack_buffers.enable_per_program_choice()
+
+    def body(carry, x):
+        a, b = carry
+        total = a + x
+        return [total.clone(), total.clone()], b.clone()  # without the fix: a segfault
+
+    def program(a, b, xs):
+        (a, b), seen = scan(body, [a, b], xs)
+        return a, b, seen
+
+    compiled = torch.compile(program, fullgraph=True, options={"cpp_wrapper": True})
+    a, b, xs = torch.ones(3), torch.full((3,), 2.0), torch.arange(12.0).reshape(4, 3)
+    for got, want in zip(compiled(a, b, xs), program(a, b, xs)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
