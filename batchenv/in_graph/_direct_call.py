@@ -210,7 +210,8 @@ class _Graph:
     def __init__(self, backend, gm: torch.fx.GraphModule, compiled):
         self.backend = backend
         self.compiled = compiled
-        self.gm = gm  # Dynamo's graph (torch ops), which _scan_loop runs inside a loop
+        # Dynamo's graph (torch ops), kept where it runs as it is: _scan_loop runs it in a loop.
+        self.gm = gm if isinstance(backend, _RecordingGraph) else None
         self.sources: list[str | None] = []
         self.custom_ops: list[str] = []
         for node in gm.graph.nodes:

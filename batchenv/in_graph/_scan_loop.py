@@ -18,8 +18,9 @@ C++, so a step costs no Python. After the loop, what the T steps changed is writ
 changed-in-place input with ``copy_`` (the same tensor, as the steps leave it), the rest with
 the plan's own stores.
 
-A plan that stores an input somewhere else, or any non-tensor input, is refused
-(:attr:`ScanLoop.refused` says why) and the rollout runs step by step as before.
+A plan that stores an input somewhere else is refused (:attr:`ScanLoop.refused` says why),
+as is a step DirectProgram cannot plan (custom ops, such as a NumPy BatchEnv's steps); the
+rollouts then run in compiled chunks.
 """
 
 from __future__ import annotations

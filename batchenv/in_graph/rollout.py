@@ -118,7 +118,8 @@ def rollout(
             code compiled once, the loop in C++. The first two rollouts of ``(env, algo,
             steps)`` run step by step (uncompiled) while the step's plan is learned; then the
             loop is compiled. ``unroll`` is then unused. Where the step cannot run as a
-            loop (see ``batchenv.in_graph._scan_loop``), rollouts go on step by step.
+            loop (see ``batchenv.in_graph._scan_loop``), later rollouts run in compiled
+            chunks.
 
     Returns:
         :class:`Rollout` ``(done [T, B], score [T, B], summaries)``.
@@ -136,7 +137,9 @@ def rollout(
     _check_episode_methods(algo)
     batch = in_graph_batch_env(env)
     if scan and compile and not reset and batch.device.type == "cpu":
-        return _scanned(batch, algo, steps, log, logger)
+        scanned = _scanned(batch, algo, steps, log, logger)
+        if scanned is not None:
+            return scanned
     dones, scores = [], []
     done_so_far = 0
     first = True
@@ -162,9 +165,12 @@ def rollout(
     return Rollout(torch.cat(dones), torch.cat(scores), summaries)
 
 
-def _scanned(batch: InGraphBatchEnv, algo: Algorithm, steps: int, log: bool, logger) -> Rollout:
+def _scanned(
+    batch: InGraphBatchEnv, algo: Algorithm, steps: int, log: bool, logger
+) -> Rollout | None:
     """rollout(scan=True): the compiled loop once the step's plan is known, else steps run
-    one at a time through the program that learns it."""
+    one at a time through the program that learns it; None where no loop can be built (the
+    rollout then runs in compiled chunks)."""
     programs = batch.__dict__.setdefault("_rollout_programs", {})
     key = (id(algo), "scan", steps)
     entry = programs.get(key)
@@ -176,13 +182,17 @@ def _scanned(batch: InGraphBatchEnv, algo: Algorithm, steps: int, log: bool, log
         step = DirectProgram(_own_code(_steps), options, guard_filter_fn, inductor=False)
         entry = programs[key] = [weakref.ref(algo), step, None, options]
     _, step, loop, options = entry
+    if step.refused is not None or (loop is not None and loop.refused is not None):
+        return None
     args = (batch, algo, 1, False)
     deferred, batch.defer_check = batch.defer_check, True
     try:
         out = None
         if loop is None and step._plan is not None:
             loop = entry[2] = ScanLoop(step, args, steps, options)
-        if loop is not None and loop.refused is None:
+            if loop.refused is not None:
+                return None
+        if loop is not None:
             out = loop(args)
             if out is None:  # the tensors changed shape or type: learn the plan again
                 entry[2] = None

@@ -10,7 +10,7 @@ from batchenv.in_graph.algorithm import RandomAlgorithm
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.rollout import rollout
 from batchenv.kernels import CartPole
-from tests.in_graph.test_rollout import MaskedFixedLengthEnv, MaskRecorder, rows
+from tests.in_graph.test_rollout import MaskedFixedLengthEnv, MaskRecorder, golden_env, rows
 
 LENGTHS = [2, 3, 5]
 STEPS = 6
@@ -60,3 +60,19 @@ def test_scanned_cartpole_rollouts_match_the_step_by_step_ones():
     torch.testing.assert_close(score_b, score_a)
     # Inductor's fused dynamics agree with eager ones to rounding.
     torch.testing.assert_close(state_b, state_a, rtol=1e-5, atol=1e-5)
+
+
+def test_a_step_that_cannot_loop_runs_in_compiled_chunks():
+    """A NumPy BatchEnv's steps are custom ops whose Python no plan can replay: the step is
+    refused, and later rollouts run as compiled chunks with the same golden masks."""
+    runs = {}
+    for scan in (False, True):
+        env = golden_env("numpy", LENGTHS)
+        algo = MaskRecorder(len(LENGTHS), 3 * STEPS)
+        done = torch.cat([rollout(env, algo, steps=STEPS, scan=scan).done for _ in range(3)])
+        runs[scan] = (env, algo, done)
+    (_, plain, done_a), (env, scanned, done_b) = runs[False], runs[True]
+    step = env._rollout_programs[(id(scanned), "scan", STEPS)][1]
+    assert step.refused is not None and "custom ops" in step.refused
+    assert rows(done_b) == rows(done_a)
+    assert rows(scanned.ended) == rows(plain.ended)
