@@ -10,7 +10,8 @@ Inductor picks its CPU C++ wrapper class once per process, from the global confi
 first compiles anything. :func:`enable_per_program_choice` replaces that fixed choice with one
 made per program from the config the program is compiled under, so ``compile_program`` can
 turn the option on for its programs alone through ``torch.compile(options=...)`` and leave
-every other ``torch.compile`` in the process as torch would compile it.
+every other ``torch.compile`` in the process as torch would compile it, but for one fix to
+the C++ of loops (:func:`_distinct_loop_outputs`), which torch's own wrapper crashes on.
 """
 
 from __future__ import annotations
