@@ -53,7 +53,7 @@ class ScanLoop:
         if re.search(r"\bI\[", plan.source):
             self.refused = "a step stores one of its inputs elsewhere"
             return
-        self.plan, self.steps = plan, steps
+        self.plan = plan
         inputs = plan.fetch(args)
         gm = plan.graph.gm
         copies = [x.clone() for x in inputs]
@@ -66,7 +66,7 @@ class ScanLoop:
         carry = [i for i in range(n_in) if indices[i] != n_out + i or i in mutated]
         constant = [i for i in range(n_in) if i not in carry]
         stored = {int(j) for j in re.findall(r"\bO\[(\d+)\]", plan.source)}
-        result = _result_outputs(plan, outputs)
+        result = _result_outputs(plan)
         fed = {indices[i] for i in carry if indices[i] < n_out}
         last = sorted(stored - fed - set(result))
         self.mutated, self.carry, self.constant = mutated, carry, constant
@@ -102,15 +102,12 @@ class ScanLoop:
         self._xs = torch.zeros(steps, 1, device=inputs[0].device)
         self._compiled = torch.compile(loop, fullgraph=True, dynamic=False, options=options)
 
-    def matches(self, inputs: list) -> bool:
-        return tuple(_direct_call._meta(x) for x in inputs) == self.meta
-
     def __call__(self, args: tuple) -> tuple[torch.Tensor, ...] | None:
         """Run the T steps; the per-step outputs stacked, or None where the inputs no
         longer look as they did when the loop was built."""
         plan = self.plan
         inputs = plan.fetch(args)
-        if not self.matches(inputs):
+        if tuple(_direct_call._meta(x) for x in inputs) != self.meta:
             return None
         flat = [inputs[i] for i in self.carry] + self.last_like
         flat += [inputs[i] for i in self.constant] + [self._xs]
@@ -133,7 +130,7 @@ class ScanLoop:
         return tuple(per_step)
 
 
-def _result_outputs(plan, outputs: list) -> list[int]:
+def _result_outputs(plan) -> list[int]:
     """The graph outputs that the call returns, in the order of ``store``'s return."""
     match = re.search(r"return \((.*)\)\s*$", plan.source.strip().splitlines()[-1])
     if match is None:
