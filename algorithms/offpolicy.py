@@ -1,22 +1,15 @@
-"""What DQN and SAC (the replay-memory algorithms) share: the run options and run directory
-of ``batchenv train``, the resume checks, the checkpoint contents and the session runner.
+"""What DQN and SAC (the replay-memory algorithms) share: the resume checks, the checkpoint
+contents and the session runner (their ``batchenv train`` options are in
+:mod:`batchenv.algorithms.train_cli`).
 
 Each algorithm keeps its own config, loop and messages' names; these helpers take them.
-
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser()
-    >>> add_run_arguments(parser)
-    >>> parser.parse_args(["--resume", "runs/x"]).resume
-    'runs/x'
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import random
 import shutil
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,105 +18,20 @@ import numpy as np
 import torch
 
 from batchenv.algorithms.batchppo.envs import env_class
-from batchenv.cli_common import fail, unsaved_interrupt_line
+from batchenv.algorithms.train_cli import RESUMABLE
 from batchenv.preflight import check_device, check_gym_env
-from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME, RunDirectory
+from batchenv.run_dir import CHECKPOINT_NAME, RunDirectory
 
 __all__ = [
-    "RESUMABLE",
-    "add_run_arguments",
     "check_same_run",
     "checkpoint_state",
     "config_from_run",
     "progress_bar",
-    "run_command",
-    "run_directory",
     "run_session",
     "check_shared",
     "session_cpus",
     "set_rng_states",
 ]
-
-#: Fields a resumed run may change.
-RESUMABLE = ("steps", "device", "torch_threads")
-
-
-# --- batchenv train <algorithm> ---------------------------------------------------------------
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--logdir``, ``--resume RUN_DIR`` and ``--no-progress`` to ``parser``."""
-    parser.add_argument("--logdir", default=None, help="run directory (default: runs/<name>)")
-    parser.add_argument(
-        "--resume",
-        metavar="RUN_DIR",
-        default=None,
-        help="continue this run from its checkpoint with its config (only --steps, --device "
-        "and --threads may change)",
-    )
-    parser.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="hide the progress bar"
-    )
-
-
-def run_directory(args: argparse.Namespace, algorithm: str, env: str) -> Path:
-    """The run directory ``args`` name (FileNotFoundError / FileExistsError when unusable)."""
-    from batchenv.run_dir import default_path
-
-    if args.resume and not (Path(args.resume) / CHECKPOINT_NAME).exists():
-        raise FileNotFoundError(
-            f"{args.resume} has no checkpoint yet (one is written after every round), "
-            "so there is nothing to resume; start a new run instead"
-        )
-    logdir = Path(args.resume or args.logdir or default_path(algorithm, env))
-    if not args.resume and (logdir / CONFIG_NAME).exists():
-        raise FileExistsError(
-            f"{logdir} already holds a run; continue it with --resume {logdir}, or "
-            "choose another --logdir"
-        )
-    return logdir
-
-
-def run_command(
-    algorithm: str,
-    config: Any,
-    logdir: Path,
-    args: argparse.Namespace,
-    run_training: Callable[..., list[float]],
-    score_name: str,
-) -> int:
-    """Run ``run_training`` for ``batchenv train <algorithm>``; the exit status (130: Ctrl-C)."""
-    from batchenv.algorithms.batchppo.train import TrainingInterrupted
-
-    action = "resuming" if args.resume else "training"
-    print(
-        f"{algorithm}: {action} on {config.env} for {config.steps:,} env steps; run directory "
-        f"{logdir}",
-        file=sys.stderr,
-    )
-    try:
-        scores = run_training(
-            config, logdir=logdir, resume=bool(args.resume), progress=args.progress
-        )
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
-        return fail(f"train {algorithm}", error)
-    except TrainingInterrupted as stop:
-        print(
-            f"\ninterrupted; checkpoint saved in {stop.run_dir} (resume with batchenv train "
-            f"{algorithm} --resume {stop.run_dir}); it holds the last complete round, train "
-            f"step {stop.step:,}: the round in progress was dropped",
-            file=sys.stderr,
-        )
-        return 130
-    except KeyboardInterrupt:
-        print(f"\n{unsaved_interrupt_line(algorithm, logdir)}", file=sys.stderr)
-        return 130
-    final = f"{scores[-1]:.1f}" if scores else "none"
-    print(
-        f"{algorithm}: done, {len(scores)} evaluations, final eval {score_name} {final}; {logdir}"
-    )
-    return 0
-
 
 # --- resume and checkpoints -------------------------------------------------------------------
 
@@ -144,7 +52,7 @@ def config_from_run(run_dir: str | Path, algorithm: str, config_class: type) -> 
 
 
 def check_same_run(saved: Any, config: Any) -> None:
-    """ValueError unless ``config`` equals ``saved`` outside :data:`RESUMABLE`."""
+    """ValueError unless ``config`` equals ``saved`` outside ``RESUMABLE`` (train_cli)."""
     changed = [
         f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
         for field in dataclasses.fields(saved)

@@ -40,7 +40,7 @@ from types import ModuleType
 
 import numpy as np
 
-from batchenv.cli_common import ctrl_c_held, fail, whole_number
+from batchenv.cli_common import OneLineParser, ctrl_c_held, fail, whole_number
 
 #: Algorithms ``batchenv train`` knows, each a package of batchenv.algorithms with a ``cli``.
 ALGORITHMS = ("batchppo", "impala", "ppo", "sac", "dqn")
@@ -141,7 +141,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The command's parser; ``argv`` picks which algorithm's options ``train`` and
     ``evaluate`` get (only that algorithm's module is imported)."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="batchenv",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME
 
 __all__ = [
     "USAGE_ERROR",
+    "OneLineParser",
     "ctrl_c_held",
     "evaluation_line",
     "fail",
@@ -37,6 +39,22 @@ __all__ = [
 
 #: The exit status of a command refused before it ran (argparse's, too).
 USAGE_ERROR = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser with its usage errors in one line, ``PROG: error: WHAT``, and exit
+    status 2, where argparse prints its whole usage block first. A missing, unknown or
+    misspelt argument gets ``(--help after the command lists its arguments)`` after it. The subcommands' parsers
+    are of this class too."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        if message.startswith(_ARGUMENT_ERRORS):
+            message = f"{message} (--help after the command lists its arguments)"
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+#: argparse's messages about which arguments were given, rather than their values.
+_ARGUMENT_ERRORS = ("the following arguments are required", "unrecognized arguments")
 
 
 def whole_number(text: str) -> int:

@@ -35,6 +35,32 @@ def test_demo_refuses_bad_counts_in_one_line(capsys, argv, message) -> None:
     assert err.startswith(f"batchenv demo: error: {message}") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("algorithm", ["batchppo", "dqn", "sac"])
+def test_a_bad_option_value_is_refused_in_one_line(capsys, algorithm) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", algorithm, "--preset", "nope"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"batchenv train {algorithm}: error: argument --preset: unknown preset ")
+    assert err.count("\n") == 1, err  # no usage block
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        ([], "batchenv: error: the following arguments are required: command"),
+        (["train"], "batchenv train: error: the following arguments are required: ALGORITHM"),
+        (["train", "sac", "--bogus"], "batchenv: error: unrecognized arguments: --bogus"),
+    ],
+    ids=["no-command", "no-algorithm", "unknown-option"],
+)
+def test_missing_or_unknown_arguments_get_one_line_that_points_to_help(capsys, argv, line):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"{line} (--help after the command lists its arguments)\n"
+
+
 @pytest.mark.parametrize(
     "text, value", [("2e6", 2_000_000), ("2_000", 2000), ("64", 64), ("-4", -4), ("3.0", 3)]
 )

@@ -15,15 +15,14 @@ Precedence: the preset, then ``--set``, then the named options.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from pathlib import Path
-from typing import Any
 
-from batchenv.cli_common import evaluation_line, fail, unsaved_interrupt_line, whole_number
-from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME
+from batchenv.algorithms.train_cli import ConfigOptions, train_command
+from batchenv.cli_common import evaluation_line, fail, whole_number
+from batchenv.run_dir import CHECKPOINT_NAME
 
-from .config import PRESETS, BatchPPOConfig, field_help, parse_overrides
+from .config import PRESETS, BatchPPOConfig, parse_overrides
 from .envs import check_time_limit, env_class
 
 __all__ = [
@@ -37,59 +36,53 @@ __all__ = [
 
 #: What ``batchenv train batchppo`` runs when neither --env nor --preset is given: the
 #: cartpole preset on the in-graph CartPole (no worker processes, no downloads).
-DEFAULT_PRESET = "cartpole"
 DEFAULT_ENV = "batchenv.kernels:CartPole"
 
-#: Named options and the config field each sets.
-NAMED_OPTIONS = {
-    "env": "env",
-    "num_envs": "num_agents",
-    "steps": "steps",
-    "seed": "seed",
-    "device": "device",
-    "threads": "torch_threads",
-}
-#: Fields a resumed run may change.
-RESUMABLE = ("steps", "device", "torch_threads")
+
+def _config_for(env: str) -> BatchPPOConfig:
+    """The defaults for an env without a preset, with max_length from its time limit."""
+    cls = env_class(env)
+    limit = getattr(cls, "max_episode_steps", None) if cls is not None else None
+    if cls is None:
+        import gymnasium as gym
+
+        try:
+            limit = gym.spec(env).max_episode_steps
+        except gym.error.Error:
+            limit = None  # make_env explains unknown ids
+    config = BatchPPOConfig(env=env)
+    return config.replace(max_length=limit) if limit else config
+
+
+#: The options made from BatchPPOConfig (``--num-envs`` sets ``num_agents``).
+OPTIONS = ConfigOptions(
+    config_class=BatchPPOConfig,
+    presets=PRESETS,
+    default_preset="cartpole",
+    parse_overrides=parse_overrides,
+    defaults_from="batch-ppo v1.4",
+    set_example="learning_rate=3e-4 gae_lambda=0.95",
+    named={
+        "env": "env",
+        "num_envs": "num_agents",
+        "steps": "steps",
+        "seed": "seed",
+        "device": "device",
+        "threads": "torch_threads",
+    },
+    config_for=_config_for,
+    default_env=DEFAULT_ENV,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``batchenv train batchppo`` (generated from BatchPPOConfig)."""
-    docs = field_help()
     parser.description = (
         "Train BatchPPO (batch-ppo v1.4) with alternating train and eval phases; the run "
         "directory gets config.json, metrics.csv, TensorBoard events, curve.png and a "
         "checkpoint after every round."
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _fields_epilog(docs)
-    parser.add_argument(
-        "--preset",
-        type=_preset_name,
-        default=None,
-        help=f"start from a per-env config: {', '.join(PRESETS)} (default: the preset of "
-        f"--env, else {DEFAULT_PRESET!r} on {DEFAULT_ENV})",
-    )
-    for option, field in NAMED_OPTIONS.items():
-        extra = " A Gymnasium id, or an in-graph env as module:Class." if field == "env" else ""
-        parser.add_argument(
-            f"--{option.replace('_', '-')}",
-            dest=field,
-            type=_field_value(field),
-            default=None,
-            metavar=field.upper() if field != "env" else "ENV",
-            help=f"{docs[field]}{extra} (sets {field}; default: the preset's)",
-        )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="+",
-        action="extend",
-        default=[],
-        type=_override,
-        metavar="KEY=VALUE",
-        help="set any config field (listed below), e.g. --set learning_rate=3e-4 gae_lambda=0.95",
-    )
+    OPTIONS.add_arguments(parser)
     parser.add_argument("--logdir", default=None, help="run directory (default: runs/<name>)")
     parser.add_argument(
         "--resume",
@@ -117,7 +110,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         help="envs stepped in lockstep (default: the run's)",
     )
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: seed + 1000)")
-    parser.add_argument("--device", type=_field_value("device"), default=None)
+    parser.add_argument("--device", type=OPTIONS.field_value("device"), default=None)
     parser.add_argument(
         "--threads",
         type=int,
@@ -129,9 +122,6 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train batchppo``; the exit status (130 after Ctrl-C)."""
-    from batchenv.run_dir import default_path
-
-    from .train import TrainingInterrupted
     from .train import train as run_training
 
     if args.resume is True:  # the old form: --logdir RUN_DIR --resume
@@ -143,48 +133,7 @@ def train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         args.resume, args.logdir = args.logdir, None
-    try:
-        config = make_config(args)
-        preflight(config)
-        if args.resume and not (Path(args.resume) / CHECKPOINT_NAME).exists():
-            raise FileNotFoundError(
-                f"{args.resume} has no checkpoint yet (one is written after every round), "
-                "so there is nothing to resume; start a new run instead"
-            )
-        logdir = Path(args.resume or args.logdir or default_path("batchppo", config.env))
-        if not args.resume and (logdir / CONFIG_NAME).exists():
-            raise FileExistsError(
-                f"{logdir} already holds a run; continue it with --resume {logdir}, or "
-                "choose another --logdir"
-            )
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        return fail("train batchppo", error)
-    action = "resuming" if args.resume else "training"
-    print(
-        f"batchppo: {action} on {config.env} for {config.steps:,} env steps; run directory "
-        f"{logdir}",
-        file=sys.stderr,
-    )
-    try:
-        scores = run_training(
-            config, logdir=logdir, resume=bool(args.resume), progress=args.progress
-        )
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
-        return fail("train batchppo", error)
-    except TrainingInterrupted as stop:
-        print(
-            f"\ninterrupted; checkpoint saved in {stop.run_dir} (resume with batchenv train "
-            f"batchppo --resume {stop.run_dir}); it holds the last complete round, train "
-            f"step {stop.step:,}: the round in progress was dropped",
-            file=sys.stderr,
-        )
-        return 130
-    except KeyboardInterrupt:  # before the first round started: nothing saved
-        print(f"\n{unsaved_interrupt_line('batchppo', logdir)}", file=sys.stderr)
-        return 130
-    final = f"{scores[-1]:.1f}" if scores else "none"
-    print(f"batchppo: done, {len(scores)} evaluations, final eval score {final}; {logdir}")
-    return 0
+    return train_command("batchppo", args, make_config, preflight, run_training, "score")
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
@@ -248,94 +197,9 @@ def preflight(config: BatchPPOConfig) -> None:
 
 def make_config(args: argparse.Namespace) -> BatchPPOConfig:
     """The BatchPPOConfig the parsed ``args`` ask for (the run's own one with --resume)."""
-    named = {
-        field: getattr(args, field)
-        for field in NAMED_OPTIONS.values()
-        if getattr(args, field, None) is not None
-    }
-    overrides: dict[str, Any] = {}
-    for item in args.overrides:
-        overrides.update(item)
-    if args.resume:
-        from .train import config_from_run
+    from .train import config_from_run
 
-        if args.preset or args.overrides or set(named) - set(RESUMABLE):
-            raise ValueError(
-                "--resume continues a run with its own config; only --steps, --device and "
-                "--threads may be given with it"
-            )
-        return config_from_run(args.resume).replace(**named)
-    env = named.get("env", overrides.get("env"))
-    preset = args.preset or (_preset_of(env) if env else DEFAULT_PRESET)
-    base = PRESETS[preset] if preset else _config_for(env)
-    if env is None and args.preset is None:
-        base = base.replace(env=DEFAULT_ENV)
-    return base.replace(**overrides).replace(**named)
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-
-def _preset_name(name: str) -> str:
-    if name in PRESETS:
-        return name
-    close = difflib.get_close_matches(name, list(PRESETS), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise argparse.ArgumentTypeError(f"unknown preset {name!r}{hint} Presets: {', '.join(PRESETS)}")
-
-
-def _field_value(field: str):
-    def convert(text: str) -> Any:
-        try:
-            value = parse_overrides([f"{field}={text}"])[field]
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-        if field == "device" and str(value).split(":")[0] not in ("cpu", "cuda"):
-            raise argparse.ArgumentTypeError(f"device must be cpu or cuda[:N], got {text!r}")
-        return value
-
-    convert.__name__ = field  # argparse names the type in its messages
-    return convert
-
-
-def _override(item: str) -> dict[str, Any]:
-    try:
-        return parse_overrides([item])
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _preset_of(env: str) -> str | None:
-    """The preset whose env is ``env`` (or the Gymnasium id an in-graph env reproduces)."""
-    cls = env_class(env)
-    gym_id = getattr(cls, "gym_id", None) if cls is not None else env
-    for name, config in PRESETS.items():
-        if config.env == gym_id:
-            return name
-    return None
-
-
-def _config_for(env: str) -> BatchPPOConfig:
-    """The defaults for an env without a preset, with max_length from its time limit."""
-    cls = env_class(env)
-    limit = getattr(cls, "max_episode_steps", None) if cls is not None else None
-    if cls is None:
-        import gymnasium as gym
-
-        try:
-            limit = gym.spec(env).max_episode_steps
-        except gym.error.Error:
-            limit = None  # make_env explains unknown ids
-    config = BatchPPOConfig(env=env)
-    return config.replace(max_length=limit) if limit else config
-
-
-def _fields_epilog(docs: dict[str, str]) -> str:
-    defaults = BatchPPOConfig()
-    lines = ["config fields for --set (defaults: batch-ppo v1.4):"]
-    for name, doc in docs.items():
-        lines.append(f"  {name} = {getattr(defaults, name)!r}\n      {doc}")
-    return "\n".join(lines)
+    return OPTIONS.make_config(args, config_from_run)
 
 
 def _set_threads(threads: int) -> None:

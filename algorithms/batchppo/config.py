@@ -15,16 +15,15 @@ Gymnasium 1.x env ids. The CLI builds its options from this class:
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
-import inspect
-import textwrap
 import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from batchenv.experiment.fields import field_docs
 
 __all__ = ["PRESETS", "BatchPPOConfig", "field_help"]
 
@@ -183,18 +182,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
 
 def field_help() -> dict[str, str]:
     """The one-line docstring of every config field, read from the source (for the CLI)."""
-    source = textwrap.dedent(inspect.getsource(BatchPPOConfig))
-    body = ast.parse(source).body[0].body
-    docs = {}
-    for node, following in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-        ):
-            docs[node.target.id] = following.value.value
-    return docs
+    return field_docs(BatchPPOConfig)
 
 
 def _check(config: BatchPPOConfig, name: str, ok: bool, rule: str) -> None:

@@ -25,8 +25,8 @@ from typing import Any
 
 from batchenv.run_dir import CHECKPOINT_NAME
 
-from .cli import DEFAULT_ENV, _config_for, _preset_of, preflight
-from .config import PRESETS, BatchPPOConfig
+from .cli import DEFAULT_ENV, OPTIONS, preflight
+from .config import BatchPPOConfig
 from .envs import env_class
 
 __all__ = ["TRAINER", "BatchPPOTrainer"]
@@ -56,16 +56,8 @@ class BatchPPOTrainer:
         log_frequency: int | None = None,
     ) -> BatchPPOConfig:
         """The preset of ``env`` (or its defaults) with ``values`` and the meta fields."""
-        preset = _preset_of(env)
-        base = PRESETS[preset] if preset else _config_for(env)
-        meta = {"env": env, "seed": seed}
-        if steps is not None:
-            meta["steps"] = steps
-        if eval_every is not None:
-            meta["eval_every"] = eval_every
-        if log_frequency is not None:
-            meta["log_frequency"] = log_frequency
-        return base.replace(**dict(values)).replace(**meta)
+        meta = {"seed": seed, "steps": steps, "eval_every": eval_every}
+        return OPTIONS.session_config(env, values, {**meta, "log_frequency": log_frequency})
 
     def check(self, config: BatchPPOConfig) -> None:
         """What ``batchenv train batchppo`` checks first: the device, the env id and its

@@ -15,19 +15,16 @@ named options. Every check runs before the run directory is made.
 from __future__ import annotations
 
 import argparse
-import difflib
 from pathlib import Path
-from typing import Any
 
-from batchenv.algorithms.offpolicy import (
-    RESUMABLE,
+from batchenv.algorithms.train_cli import (
+    ConfigOptions,
     add_run_arguments,
-    run_command,
-    run_directory,
+    train_command,
 )
 from batchenv.cli_common import evaluation_line, fail, whole_number
 
-from .config import PRESETS, DQNConfig, field_help, parse_overrides
+from .config import PRESETS, DQNConfig, parse_overrides
 
 __all__ = [
     "add_arguments",
@@ -35,61 +32,29 @@ __all__ = [
     "evaluate",
     "make_config",
     "preflight",
-    "preset_of",
     "train",
 ]
 
-#: What ``batchenv train dqn`` runs when neither --env nor --preset is given.
-DEFAULT_PRESET = "cartpole"
-
-#: Named options and the config field each sets.
-NAMED_OPTIONS = {
-    "env": "env",
-    "num_envs": "num_envs",
-    "steps": "steps",
-    "seed": "seed",
-    "device": "device",
-    "threads": "torch_threads",
-}
+#: The options made from DQNConfig; ``cartpole`` runs when neither --env nor --preset is given.
+OPTIONS = ConfigOptions(
+    config_class=DQNConfig,
+    presets=PRESETS,
+    default_preset="cartpole",
+    parse_overrides=parse_overrides,
+    defaults_from="CleanRL's dqn.py",
+    set_example="double=true n_step=3",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``batchenv train dqn`` (generated from DQNConfig)."""
-    docs = field_help()
     parser.description = (
         "Train DQN (CleanRL's dqn.py defaults; Double DQN, prioritized replay and n-step "
         "returns by config) in rounds of training and a greedy eval phase; the run directory "
         "gets config.json, metrics.csv, curve.png and a checkpoint (replay memory included) "
         "after every round."
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _fields_epilog(docs)
-    parser.add_argument(
-        "--preset",
-        type=_preset_name,
-        default=None,
-        help=f"start from a preset: {', '.join(PRESETS)} (default: the preset of --env, "
-        f"else {DEFAULT_PRESET!r})",
-    )
-    for option, field in NAMED_OPTIONS.items():
-        parser.add_argument(
-            f"--{option.replace('_', '-')}",
-            dest=field,
-            type=_field_value(field),
-            default=None,
-            metavar=field.upper(),
-            help=f"{docs[field]} (sets {field}; default: the preset's)",
-        )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="+",
-        action="extend",
-        default=[],
-        type=_override,
-        metavar="KEY=VALUE",
-        help="set any config field (listed below), e.g. --set double=true n_step=3",
-    )
+    OPTIONS.add_arguments(parser)
     add_run_arguments(parser)
 
 
@@ -102,7 +67,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-envs", type=whole_number, default=None, help="envs in lockstep (default: the run's)"
     )
     parser.add_argument("--seed", type=int, default=None, help="env seed (default: seed + 1000)")
-    parser.add_argument("--device", type=_field_value("device"), default=None)
+    parser.add_argument("--device", type=OPTIONS.field_value("device"), default=None)
     parser.add_argument(
         "--epsilon", type=float, default=None, help="exploration rate (default: eval_epsilon)"
     )
@@ -112,13 +77,7 @@ def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train dqn``; the exit status (2 for bad options, 130 after Ctrl-C)."""
     from .train import train as run_training
 
-    try:
-        config = make_config(args)
-        preflight(config)
-        logdir = run_directory(args, "dqn", config.env)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
-        return fail("train dqn", error)
-    return run_command("dqn", config, logdir, args, run_training, score_name="return")
+    return train_command("dqn", args, make_config, preflight, run_training, score_name="return")
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
@@ -183,70 +142,6 @@ def preflight(config: DQNConfig) -> None:
 
 def make_config(args: argparse.Namespace) -> DQNConfig:
     """The DQNConfig the parsed ``args`` ask for (the run's own one with --resume)."""
-    named = {
-        field: getattr(args, field)
-        for field in NAMED_OPTIONS.values()
-        if getattr(args, field, None) is not None
-    }
-    overrides: dict[str, Any] = {}
-    for item in args.overrides:
-        overrides.update(item)
-    if args.resume:
-        from .train import config_from_run
+    from .train import config_from_run
 
-        if args.preset or args.overrides or set(named) - set(RESUMABLE):
-            raise ValueError(
-                "--resume continues a run with its own config; only --steps, --device and "
-                "--threads may be given with it"
-            )
-        return config_from_run(args.resume).replace(**named)
-    env = named.get("env", overrides.get("env"))
-    preset = args.preset or (preset_of(env) if env else DEFAULT_PRESET)
-    base = PRESETS[preset] if preset else DQNConfig(env=env)
-    return base.replace(**overrides).replace(**named)
-
-
-def preset_of(env: str) -> str | None:
-    """The first preset whose env is ``env`` (or the Gymnasium id an in-graph env copies)."""
-    from batchenv.algorithms.batchppo.envs import env_class
-
-    cls = env_class(env)
-    gym_id = getattr(cls, "gym_id", None) if cls is not None else env
-    return next((name for name, config in PRESETS.items() if config.env == gym_id), None)
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-
-def _preset_name(name: str) -> str:
-    if name in PRESETS:
-        return name
-    close = difflib.get_close_matches(name, list(PRESETS), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise argparse.ArgumentTypeError(f"unknown preset {name!r}{hint} Presets: {', '.join(PRESETS)}")
-
-
-def _field_value(field: str):
-    def convert(text: str) -> Any:
-        try:
-            return parse_overrides([f"{field}={text}"])[field]
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    convert.__name__ = field  # argparse names the type in its messages
-    return convert
-
-
-def _override(item: str) -> dict[str, Any]:
-    try:
-        return parse_overrides([item])
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _fields_epilog(docs: dict[str, str]) -> str:
-    defaults = DQNConfig()
-    lines = ["config fields for --set (defaults: CleanRL's dqn.py):"]
-    for name, doc in docs.items():
-        lines.append(f"  {name} = {getattr(defaults, name)!r}\n      {doc}")
-    return "\n".join(lines)
+    return OPTIONS.make_config(args, config_from_run)

@@ -22,7 +22,7 @@ from typing import Any
 
 from batchenv.algorithms.offpolicy import check_shared, run_session, session_cpus
 
-from .cli import DEFAULT_PRESET, preflight, preset_of
+from .cli import OPTIONS, preflight
 from .config import PRESETS, DQNConfig
 
 __all__ = ["TRAINER", "DQNTrainer"]
@@ -39,7 +39,7 @@ class DQNTrainer:
         "eval_every": "eval_every",
         "log_frequency": "log_frequency",
     }
-    default_env = PRESETS[DEFAULT_PRESET].env
+    default_env = PRESETS[OPTIONS.default_preset].env
 
     def make_config(
         self,
@@ -52,16 +52,8 @@ class DQNTrainer:
         log_frequency: int | None = None,
     ) -> DQNConfig:
         """The preset of ``env`` (or the defaults) with ``values`` and the meta fields."""
-        preset = preset_of(env)
-        base = PRESETS[preset] if preset else DQNConfig()
-        meta: dict[str, Any] = {"env": env, "seed": seed}
-        if steps is not None:
-            meta["steps"] = steps
-        if eval_every is not None:
-            meta["eval_every"] = eval_every
-        if log_frequency is not None:
-            meta["log_frequency"] = log_frequency
-        return base.replace(**dict(values)).replace(**meta)
+        meta = {"seed": seed, "steps": steps, "eval_every": eval_every}
+        return OPTIONS.session_config(env, values, {**meta, "log_frequency": log_frequency})
 
     def check(self, config: DQNConfig) -> None:
         """What ``batchenv train dqn`` checks first: the device, the env id and its extras,

@@ -19,16 +19,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from batchenv.algorithms.offpolicy import (
-    RESUMABLE,
+from batchenv.algorithms.train_cli import (
+    ConfigOptions,
     add_run_arguments,
-    run_command,
-    run_directory,
+    train_command,
 )
 from batchenv.cli_common import evaluation_line, fail, whole_number
 from batchenv.run_dir import CHECKPOINT_NAME
 
-from .config import PRESETS, SACConfig, field_help, parse_overrides
+from .config import PRESETS, SACConfig, parse_overrides
 
 __all__ = [
     "add_arguments",
@@ -39,54 +38,25 @@ __all__ = [
     "train",
 ]
 
-#: What ``batchenv train sac`` runs when neither --env nor --preset is given.
-DEFAULT_PRESET = "pendulum"
-
-#: Named options and the config field each sets.
-NAMED_OPTIONS = {
-    "env": "env",
-    "num_envs": "num_envs",
-    "steps": "steps",
-    "seed": "seed",
-    "device": "device",
-    "threads": "torch_threads",
-}
+#: The options made from SACConfig; ``pendulum`` runs when neither --env nor --preset is given.
+OPTIONS = ConfigOptions(
+    config_class=SACConfig,
+    presets=PRESETS,
+    default_preset="pendulum",
+    parse_overrides=parse_overrides,
+    defaults_from="CleanRL's sac_continuous_action.py",
+    set_example="q_lr=3e-4 discrete=gumbel",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``batchenv train sac`` (generated from SACConfig)."""
-    docs = field_help()
     parser.description = (
         "Train SAC (continuous, or discrete: expectation / gumbel) with a replay memory; the "
         "run directory gets config.json, metrics.csv, TensorBoard events, curve.png and a "
         "checkpoint (replay memory included) after every round of eval_every steps."
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _fields_epilog(docs)
-    parser.add_argument(
-        "--preset",
-        default=None,
-        help=f"start from a per-env config: {', '.join(PRESETS)} (default: the preset of "
-        f"--env, else {DEFAULT_PRESET!r})",
-    )
-    for option, field in NAMED_OPTIONS.items():
-        extra = " A Gymnasium id, or an in-graph env as module:Class." if field == "env" else ""
-        parser.add_argument(
-            f"--{option.replace('_', '-')}",
-            dest=field,
-            default=None,
-            metavar=field.upper(),
-            help=f"{docs[field]}{extra} (sets {field}; default: the preset's)",
-        )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set any config field (listed below), e.g. --set q_lr=3e-4 discrete=gumbel",
-    )
+    OPTIONS.add_arguments(parser)
     add_run_arguments(parser)
 
 
@@ -107,13 +77,7 @@ def train(args: argparse.Namespace) -> int:
     """Run ``batchenv train sac``; the exit status (2 for bad options, 130 after Ctrl-C)."""
     from .train import train as run_training
 
-    try:
-        config = make_config(args)
-        preflight(config)
-        logdir = run_directory(args, "sac", config.env)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
-        return fail("train sac", error)
-    return run_command("sac", config, logdir, args, run_training, score_name="score")
+    return train_command("sac", args, make_config, preflight, run_training, score_name="score")
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
@@ -163,46 +127,7 @@ def preflight(config: SACConfig) -> None:
 
 
 def make_config(args: argparse.Namespace) -> SACConfig:
-    """The SACConfig the parsed ``args`` ask for (the run's own one with --resume);
-    ValueError (one line) for an unknown preset, field or bad value."""
-    named = parse_overrides(
-        f"{field}={getattr(args, field)}"
-        for field in NAMED_OPTIONS.values()
-        if getattr(args, field, None) is not None
-    )
-    overrides = parse_overrides(args.overrides)
-    if args.resume:
-        from .train import config_from_run
+    """The SACConfig the parsed ``args`` ask for (the run's own one with --resume)."""
+    from .train import config_from_run
 
-        if args.preset or args.overrides or set(named) - set(RESUMABLE):
-            raise ValueError(
-                "--resume continues a run with its own config; only --steps, --device and "
-                "--threads may be given with it"
-            )
-        return config_from_run(args.resume).replace(**named)
-    if args.preset is not None and args.preset not in PRESETS:
-        raise ValueError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
-    env = named.get("env", overrides.get("env"))
-    preset = args.preset or (preset_of(env) if env else DEFAULT_PRESET)
-    base = PRESETS[preset] if preset else SACConfig()
-    return base.replace(**overrides).replace(**named)
-
-
-def preset_of(env: str) -> str | None:
-    """The preset whose env is ``env`` (or the Gymnasium id an in-graph env reproduces)."""
-    from batchenv.algorithms.batchppo.envs import env_class
-
-    cls = env_class(env)
-    gym_id = getattr(cls, "gym_id", None) if cls is not None else env
-    for name, config in PRESETS.items():
-        if config.env == gym_id:
-            return name
-    return None
-
-
-def _fields_epilog(docs: dict[str, str]) -> str:
-    defaults = SACConfig()
-    lines = ["config fields for --set (defaults: CleanRL's sac_continuous_action.py):"]
-    for name, doc in docs.items():
-        lines.append(f"  {name} = {getattr(defaults, name)!r}\n      {doc}")
-    return "\n".join(lines)
+    return OPTIONS.make_config(args, config_from_run)

@@ -22,8 +22,8 @@ from typing import Any
 
 from batchenv.algorithms.offpolicy import check_shared, run_session, session_cpus
 
-from .cli import preflight, preset_of
-from .config import PRESETS, SACConfig
+from .cli import OPTIONS, preflight
+from .config import SACConfig
 
 __all__ = ["TRAINER", "SACTrainer"]
 
@@ -51,16 +51,12 @@ class SACTrainer:
         eval_every: int | None,
         log_frequency: int | None = None,
     ) -> SACConfig:
-        """The preset of ``env`` (or the defaults) with ``values`` and the meta fields."""
-        preset = preset_of(env)
-        base = PRESETS[preset] if preset else SACConfig()
-        meta: dict[str, Any] = {"env": env, "seed": seed}
-        if steps is not None:
-            meta["steps"] = steps
+        """The preset of ``env`` (or the defaults) with ``values`` and the meta fields
+        (``log_frequency``, when given, is the evaluation cadence)."""
         cadence = log_frequency if log_frequency is not None else eval_every
-        if cadence is not None:
-            meta["eval_every"] = cadence
-        return base.replace(**dict(values)).replace(**meta)
+        return OPTIONS.session_config(
+            env, values, {"seed": seed, "steps": steps, "eval_every": cadence}
+        )
 
     def check(self, config: SACConfig) -> None:
         """What ``batchenv train sac`` checks first (ValueError with one line)."""

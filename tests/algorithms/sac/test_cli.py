@@ -39,7 +39,7 @@ def test_the_preset_comes_from_the_env_and_options_override_it():
             "SACConfig.discrete must be one of ('expectation', 'gumbel'), got 'softmax'",
         ),
         (["--steps", "many"], "override 'steps=many': steps must be int, got 'many' (str)"),
-        (["--preset", "pendulm"], "unknown preset 'pendulm'; choose one of pendulum,"),
+        (["--preset", "pendulm"], "unknown preset 'pendulm'; did you mean 'pendulum'? Presets:"),
         (["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
         (["--set", "log_alpha_range=2,1"], "SACConfig.log_alpha_range must be () or (low, high)"),
     ],
@@ -55,7 +55,12 @@ def test_the_preset_comes_from_the_env_and_options_override_it():
 )
 def test_bad_configs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, argv, message):
     run_dir = tmp_path / "run"
-    assert main(["train", "sac", *argv, "--logdir", str(run_dir), "--no-progress"]) == 2
+    argv = ["train", "sac", *argv, "--logdir", str(run_dir), "--no-progress"]
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # refused while the command line was read
+        status = exit_.code
+    assert status == 2
     err = capsys.readouterr().err
     assert err.startswith("batchenv train sac: error: ") and err.count("\n") == 1, err
     assert message in err
