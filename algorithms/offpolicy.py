@@ -18,14 +18,12 @@ import numpy as np
 import torch
 
 from batchenv.algorithms.batchppo.envs import env_class
-from batchenv.algorithms.train_cli import RESUMABLE
+from batchenv.algorithms.train_cli import check_same_run
 from batchenv.preflight import check_device, check_gym_env
-from batchenv.run_dir import CHECKPOINT_NAME, RunDirectory
+from batchenv.run_dir import CHECKPOINT_NAME
 
 __all__ = [
-    "check_same_run",
     "checkpoint_state",
-    "config_from_run",
     "progress_bar",
     "run_session",
     "check_shared",
@@ -34,35 +32,6 @@ __all__ = [
 ]
 
 # --- resume and checkpoints -------------------------------------------------------------------
-
-
-def config_from_run(run_dir: str | Path, algorithm: str, config_class: type) -> Any:
-    """The ``config_class`` stored in ``run_dir/config.json`` (ValueError for another kind)."""
-    run = RunDirectory(run_dir, algorithm, resume=True, tensorboard=False)
-    run.close()
-    if run.record.get("algorithm") != algorithm:
-        raise ValueError(
-            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {algorithm!r} run"
-        )
-    values = {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in run.config.items()
-    }
-    return config_class(**values)
-
-
-def check_same_run(saved: Any, config: Any) -> None:
-    """ValueError unless ``config`` equals ``saved`` outside ``RESUMABLE`` (train_cli)."""
-    changed = [
-        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
-        for field in dataclasses.fields(saved)
-        if field.name not in RESUMABLE and getattr(saved, field.name) != getattr(config, field.name)
-    ]
-    if changed:
-        raise ValueError(
-            "resume continues a run with its own config; only steps, device and torch_threads "
-            f"may change, but these differ: {'; '.join(changed)}"
-        )
 
 
 def check_start(

@@ -23,6 +23,7 @@ parsed, so a bad one stops the command in one line (exit status 2) before anythi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -32,13 +33,15 @@ from typing import Any
 
 from batchenv.cli_common import fail, unsaved_interrupt_line
 from batchenv.experiment.fields import field_docs
-from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME
+from batchenv.run_dir import CHECKPOINT_NAME, CONFIG_NAME, RunDirectory
 
 __all__ = [
     "NAMED_OPTIONS",
     "RESUMABLE",
     "ConfigOptions",
     "add_run_arguments",
+    "check_same_run",
+    "config_from_run",
     "train_command",
 ]
 
@@ -209,6 +212,38 @@ class ConfigOptions:
             return self.parse_overrides([item])
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+
+
+# --- resume ----------------------------------------------------------------------------------
+
+
+def config_from_run(run_dir: str | Path, algorithm: str, config_class: type) -> Any:
+    """The ``config_class`` stored in ``run_dir/config.json`` (ValueError for another kind)."""
+    run = RunDirectory(run_dir, algorithm, resume=True, tensorboard=False)
+    run.close()
+    if run.record.get("algorithm") != algorithm:
+        raise ValueError(
+            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {algorithm!r} run"
+        )
+    values = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in run.config.items()
+    }
+    return config_class(**values)
+
+
+def check_same_run(saved: Any, config: Any) -> None:
+    """ValueError unless ``config`` equals ``saved`` outside :data:`RESUMABLE`."""
+    changed = [
+        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
+        for field in dataclasses.fields(saved)
+        if field.name not in RESUMABLE and getattr(saved, field.name) != getattr(config, field.name)
+    ]
+    if changed:
+        raise ValueError(
+            "resume continues a run with its own config; only steps, device and torch_threads "
+            f"may change, but these differ: {'; '.join(changed)}"
+        )
 
 
 # --- the run directory and the run ------------------------------------------------------------

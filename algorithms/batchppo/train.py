@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from batchenv.algorithms import train_cli
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import in_graph_batch_env, simulate
 from batchenv.preflight import check_device, check_gym_env
@@ -137,7 +138,7 @@ def train(
     if resume:
         if logdir is None:
             raise ValueError("resume=True needs logdir, the run directory to continue")
-        _check_same_run(config_from_run(logdir), config)
+        train_cli.check_same_run(config_from_run(logdir), config)
         if not (Path(logdir) / CHECKPOINT_NAME).exists():
             raise FileNotFoundError(
                 f"{logdir} has no checkpoint yet (one is written after every round), so "
@@ -418,36 +419,10 @@ def run_episodes(
 
 def config_from_run(run_dir: str | Path) -> BatchPPOConfig:
     """The BatchPPOConfig stored in ``run_dir/config.json``."""
-    run = RunDirectory(run_dir, ALGORITHM, resume=True, tensorboard=False)
-    run.close()
-    if run.record.get("algorithm") != ALGORITHM:
-        raise ValueError(
-            f"{run_dir} is a {run.record.get('algorithm')!r} run, not a {ALGORITHM!r} run"
-        )
-    values = {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in run.config.items()
-    }
-    return BatchPPOConfig(**values)
+    return train_cli.config_from_run(run_dir, ALGORITHM, BatchPPOConfig)
 
 
 # --- helpers --------------------------------------------------------------------------------
-
-
-def _check_same_run(saved: BatchPPOConfig, config: BatchPPOConfig) -> None:
-    """A resumed run may only change ``steps``, ``device`` and ``torch_threads``."""
-    changed = [
-        f"{field.name}: {getattr(saved, field.name)!r} -> {getattr(config, field.name)!r}"
-        for field in dataclasses.fields(BatchPPOConfig)
-        if field.name not in ("steps", "device", "torch_threads")
-        and getattr(saved, field.name) != getattr(config, field.name)
-    ]
-    if changed:
-        raise ValueError(
-            "resume continues a run with its own config; only steps, device and torch_threads "
-            "may change, "
-            f"but these differ: {'; '.join(changed)}"
-        )
 
 
 @contextlib.contextmanager

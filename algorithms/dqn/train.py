@@ -40,7 +40,7 @@ import gymnasium as gym
 import torch
 
 import batchenv
-from batchenv.algorithms import offpolicy
+from batchenv.algorithms import offpolicy, train_cli
 from batchenv.algorithms.batchppo.envs import (
     check_time_limit,
     env_class,
@@ -51,7 +51,6 @@ from batchenv.algorithms.batchppo.envs import (
 from batchenv.algorithms.batchppo.log_checkpoints import LogCheckpoints
 from batchenv.algorithms.batchppo.train import TrainingInterrupted, run_episodes
 from batchenv.algorithms.offpolicy import (
-    check_same_run,
     checkpoint_state,
     progress_bar,
     set_rng_states,
@@ -65,7 +64,7 @@ from batchenv.run_dir import CHECKPOINT_NAME, RunDirectory
 from .algorithm import DQN
 from .config import DQNConfig
 
-__all__ = ["check_same_run", "config_from_run", "evaluate", "make_env", "run_phase", "train"]
+__all__ = ["config_from_run", "evaluate", "make_env", "run_phase", "train"]
 
 ALGORITHM = "dqn"
 
@@ -327,7 +326,7 @@ def evaluate(
 
 def config_from_run(run_dir: str | Path) -> DQNConfig:
     """The DQNConfig stored in ``run_dir/config.json``."""
-    return offpolicy.config_from_run(run_dir, ALGORITHM, DQNConfig)
+    return train_cli.config_from_run(run_dir, ALGORITHM, DQNConfig)
 
 
 # --- helpers --------------------------------------------------------------------------------

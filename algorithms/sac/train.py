@@ -37,7 +37,7 @@ import gymnasium as gym
 import torch
 
 import batchenv
-from batchenv.algorithms import offpolicy
+from batchenv.algorithms import offpolicy, train_cli
 from batchenv.algorithms.batchppo.envs import env_class, gym_constructor, phase_seed, reseed
 from batchenv.algorithms.batchppo.train import TrainingInterrupted, run_episodes
 from batchenv.algorithms.offpolicy import (
@@ -312,4 +312,4 @@ def evaluate(
 
 def config_from_run(run_dir: str | Path) -> SACConfig:
     """The SACConfig stored in ``run_dir/config.json``."""
-    return offpolicy.config_from_run(run_dir, ALGORITHM, SACConfig)
+    return train_cli.config_from_run(run_dir, ALGORITHM, SACConfig)
