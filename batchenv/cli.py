@@ -24,7 +24,10 @@ batchenv benchmark SPECS...
     add_evaluate_arguments(parser) -> None                   # optional: evaluate options
     evaluate(run_dir: pathlib.Path, args: argparse.Namespace) -> int
 
-and ``evaluate RUN_DIR`` finds the algorithm's name in the run's ``config.json``.
+and ``evaluate RUN_DIR`` finds the algorithm's name in the run's ``config.json``. An
+algorithm configured by a dataclass can make its options and config with
+``batchenv.algorithms.train_cli.ConfigOptions``, as BatchPPO, DQN and SAC do. A usage error
+of any command is one line on stderr with exit status 2 (``OneLineParser``).
 """
 
 from __future__ import annotations
