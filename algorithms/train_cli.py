@@ -42,6 +42,7 @@ __all__ = [
     "add_run_arguments",
     "check_same_run",
     "config_from_run",
+    "list_fields",
     "train_command",
 ]
 
@@ -98,12 +99,7 @@ class ConfigOptions:
         fields with their defaults as its epilog."""
         docs = field_docs(self.config_class)
         default = f" on {self.default_env}" if self.default_env else ""
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
-        defaults = self.config_class()
-        parser.epilog = "\n".join(
-            [f"config fields for --set (defaults: {self.defaults_from}):"]
-            + [f"  {name} = {getattr(defaults, name)!r}\n      {doc}" for name, doc in docs.items()]
-        )
+        list_fields(parser, self.config_class, self.defaults_from)
         parser.add_argument(
             "--preset",
             type=self._preset_name,
@@ -212,6 +208,19 @@ class ConfigOptions:
             return self.parse_overrides([item])
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def list_fields(parser: argparse.ArgumentParser, config_class: type, defaults_from: str) -> None:
+    """End ``parser``'s help with every field of ``config_class``: its default and its doc."""
+    defaults = config_class()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "\n".join(
+        [f"config fields for --set (defaults: {defaults_from}):"]
+        + [
+            f"  {name} = {getattr(defaults, name)!r}\n      {doc}"
+            for name, doc in field_docs(config_class).items()
+        ]
+    )
 
 
 # --- resume ----------------------------------------------------------------------------------

@@ -43,9 +43,9 @@ USAGE_ERROR = 2
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse's parser with its usage errors in one line, ``PROG: error: WHAT``, and exit
-    status 2, where argparse prints its whole usage block first. A missing, unknown or
-    misspelt argument gets ``(--help after the command lists its arguments)`` after it. The subcommands' parsers
-    are of this class too."""
+    status 2, where argparse prints its whole usage block first. A missing or unknown
+    argument gets ``(--help after the command lists its arguments)`` after it. The
+    subcommands' parsers are of this class too."""
 
     def error(self, message: str) -> typing.NoReturn:
         if message.startswith(_ARGUMENT_ERRORS):

@@ -18,6 +18,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+from batchenv.algorithms.train_cli import list_fields
 from batchenv.cli_common import evaluation_line, fail, whole_number
 
 from .config import PRESETS, PPOConfig, field_help, make_config
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="set any PPOConfig field (repeatable), e.g. --set learning_rate=3e-4",
     )
     parser.add_argument("--logdir", help="the run directory (default runs/ppo-ENV-TIME)")
+    list_fields(parser, PPOConfig, "PureJaxRL's ppo.py on CartPole")
 
 
 def config_from_args(args: argparse.Namespace) -> PPOConfig:

@@ -68,3 +68,14 @@ def test_bad_options_fail_in_one_line_before_writing(tmp_path, capsys, argv, mes
     assert err.startswith("batchenv train ppo: error: ") and message in err
     assert len(err.splitlines()) == 1
     assert not run.exists()
+
+
+def test_help_lists_every_config_field_with_its_default(capsys):
+    from batchenv.algorithms.ppo.config import PPOConfig, field_help
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "ppo", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for name, doc in field_help().items():
+        assert f"{name} = {getattr(PPOConfig(), name)!r} {' '.join(doc.split())}" in out
