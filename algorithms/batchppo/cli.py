@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from batchenv.algorithms.train_cli import ConfigOptions, train_command
+from batchenv.algorithms.train_cli import NAMED_OPTIONS, ConfigOptions, train_command
 from batchenv.cli_common import evaluation_line, fail, whole_number
 from batchenv.run_dir import CHECKPOINT_NAME
 
@@ -62,14 +62,7 @@ OPTIONS = ConfigOptions(
     parse_overrides=parse_overrides,
     defaults_from="batch-ppo v1.4",
     set_example="learning_rate=3e-4 gae_lambda=0.95",
-    named={
-        "env": "env",
-        "num_envs": "num_agents",
-        "steps": "steps",
-        "seed": "seed",
-        "device": "device",
-        "threads": "torch_threads",
-    },
+    named={**NAMED_OPTIONS, "num_envs": "num_agents"},
     config_for=_config_for,
     default_env=DEFAULT_ENV,
 )
