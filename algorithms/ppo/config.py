@@ -80,6 +80,10 @@ class PPOConfig:
     gymnax's ports, which have none)."""
     compile: bool = True
     """Compile the rollout and the update with torch.compile (False: the same code eagerly)."""
+    precompile: bool = True
+    """On a CPU, compile the update's programs in a helper process while this one compiles
+    the rollout, and load them from Inductor's cache (batchenv.algorithms.ppo.precompile);
+    False: this process compiles all three."""
     unroll: int = 0
     """Steps per compiled rollout program; 0 picks the default (see rollout())."""
     device: str = "cpu"

@@ -31,6 +31,7 @@ from batchenv.in_graph.stacked_env import StackedEnv
 
 from .algorithm import PPO
 from .config import PPOConfig
+from .precompile import UpdatePrecompile
 
 #: In-graph envs by name -> the batchenv.kernels class that implements them.
 ENVS = {
@@ -165,16 +166,27 @@ class Updates:
             roots = {"env": env, "ppo": ppo}
             counters = ("ppo.updates_done",)
             self.loop = CudaGraphLoop(self.iteration, roots, counters=counters, backend=backend)
+        # The update's programs compile in a helper process while the first rollout compiles.
+        self.precompile: UpdatePrecompile | None = None
+        if self.loop is None and UpdatePrecompile.wanted(config):
+            self.precompile = UpdatePrecompile(config, torch.get_num_threads())
 
     def iteration(self) -> UpdateResult:
         config = self.config
-        done, score, _ = rollout(
-            self.env,
-            self.ppo,
-            steps=config.num_steps,
-            unroll=config.unroll or None,
-            compile=config.compile,
-        )
+        try:
+            done, score, _ = rollout(
+                self.env,
+                self.ppo,
+                steps=config.num_steps,
+                unroll=config.unroll or None,
+                compile=config.compile,
+            )
+        except BaseException:
+            if self.precompile is not None:
+                self.precompile.close()
+            raise
+        if self.precompile is not None:
+            self.precompile.wait()  # then the update loads its programs from the cache
         terms = self.ppo.update()
         return UpdateResult(self.ppo.episode_stats(), terms, done, score)
 

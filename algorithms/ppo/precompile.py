@@ -1,0 +1,154 @@
+"""PPO's update programs compiled in a helper process while this one compiles the rollout.
+
+On a CPU, PPO's first update compiles three programs one after the other: the rollout
+chunk, then the preparation (GAE, minibatch orders) and the minibatch step. Each is
+Dynamo's tracing, Inductor's code generation and a g++ build, single-threaded Python and
+one compiler process, so a cold first update kept one core busy while the others waited.
+:class:`UpdatePrecompile` starts a helper process that builds the same envs and agents
+from the config and runs one update on their zero buffers. Inductor writes what it
+compiles to its on-disk cache (``TORCHINDUCTOR_CACHE_DIR``). When this process reaches
+its first update, Dynamo traces the two programs again (a few seconds) and Inductor loads
+them from the cache instead of compiling them.
+
+The helper is a speed-up only. If it fails or has not finished by ``deadline`` seconds,
+it is killed and this process compiles the programs itself, as it would without one. It
+writes nothing but the compile cache, uses one torch thread per program as this process
+does, and dies with its parent (``PR_SET_PDEATHSIG``).
+
+    >>> from batchenv.algorithms.ppo import PPOConfig
+    >>> UpdatePrecompile.wanted(PPOConfig(compile=False))
+    False
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+
+import torch
+
+from .config import PPOConfig
+
+__all__ = ["UpdatePrecompile"]
+
+#: Seconds the first update waits for the helper before compiling on its own.
+DEADLINE = 600.0
+
+
+class UpdatePrecompile:
+    """A helper process compiling ``config``'s update programs into Inductor's cache.
+
+    Args:
+        config: the run's config (the program's, with ``seeds`` set to its K).
+        threads: torch threads of this process (the compiled code depends on it).
+        deadline: seconds :meth:`wait` waits at most.
+
+    ``reason`` says why the helper did not help (None while it runs or after it finished
+    cleanly); ``seconds`` is how long it ran.
+    """
+
+    def __init__(self, config: PPOConfig, threads: int, deadline: float = DEADLINE):
+        self.deadline = deadline
+        self.started = time.monotonic()
+        self.reason: str | None = None
+        self.seconds: float | None = None
+        self._log = tempfile.TemporaryFile()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.curdir for p in sys.path))
+        self._process = subprocess.Popen(
+            _command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            env=env,
+        )
+        # Killed when this object goes, if it still runs (a run that stopped before its
+        # first update).
+        self._finalizer = weakref.finalize(self, _kill, self._process, self._log)
+        try:
+            self._process.stdin.write(pickle.dumps((config, threads, _vector_isa())))
+            self._process.stdin.close()
+        except OSError as error:  # the helper died before reading its job
+            self.reason = f"the helper could not be started: {error}"
+
+    @staticmethod
+    def wanted(config: PPOConfig) -> bool:
+        """Whether ``config`` compiles its update on a CPU, where the helper pays."""
+        return config.compile and config.precompile and config.device.split(":")[0] == "cpu"
+
+    def wait(self) -> bool:
+        """Wait for the helper (at most until ``deadline`` seconds after its start); True
+        if it compiled the programs. A helper still running then is killed."""
+        if self.seconds is not None:  # waited for already
+            return self.reason is None
+        try:
+            left = max(self.deadline - (time.monotonic() - self.started), 0.0)
+            code = self._process.wait(timeout=left)
+        except subprocess.TimeoutExpired:  # killed below
+            self.reason = self.reason or f"the helper had not finished after {self.deadline:g} s"
+        else:
+            if code != 0 and self.reason is None:
+                self.reason = f"the helper exited with {code}: {self._last_line()}"
+        finally:
+            self.seconds = time.monotonic() - self.started
+            self._finalizer()  # kills a helper still running, closes its log
+        return self.reason is None
+
+    def close(self) -> None:
+        """Kill the helper if it still runs (a run that failed before its first update)."""
+        if self.seconds is None:
+            self.seconds = time.monotonic() - self.started
+            self.reason = self.reason or "closed before the first update"
+        self._finalizer()
+
+    def _last_line(self) -> str:
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "(no output)"
+
+
+def _command() -> list[str]:
+    """The helper's command line. Not ``python -m``: this module run as __main__ compiled
+    programs whose cache keys differed from those this process computes."""
+    return [sys.executable, "-c", f"from {__name__} import main; main()"]
+
+
+def _kill(process: subprocess.Popen, log) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    log.close()
+
+
+def _vector_isa() -> str:
+    """The SIMD instruction set Inductor's C++ uses in this process ("" for none). Its
+    choice is not part of a compiled program's cache key, so a helper that chose another
+    one (its probe failed, say) would hand this process scalar code: it must not compile."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return str(pick_vec_isa())
+
+
+def _compile(config: PPOConfig, threads: int, vector_isa: str) -> None:
+    """The helper's job: the run's envs and agents, and one update on zero buffers."""
+    from .train import make_env, make_ppo
+
+    if _vector_isa() != vector_isa:
+        raise SystemExit(
+            f"this process's SIMD choice {_vector_isa()!r} is not its parent's {vector_isa!r}"
+        )
+    torch.set_num_threads(threads)
+    env = make_env(config)
+    make_ppo(config, env).update()
+
+
+def main() -> None:
+    """The helper process: read ``(config, threads, vector ISA)`` from stdin; compile."""
+    from batchenv.workers.liveness import set_parent_death_signal
+
+    set_parent_death_signal()
+    _compile(*pickle.load(sys.stdin.buffer))

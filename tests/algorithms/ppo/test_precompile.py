@@ -1,0 +1,96 @@
+"""The update programs compiled in a helper process (UpdatePrecompile): this process loads
+them from Inductor's cache, and a helper that fails, hangs or is no longer needed costs
+nothing but the time it had."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from batchenv.algorithms.ppo import precompile, train
+from batchenv.algorithms.ppo.config import PPOConfig
+from batchenv.algorithms.ppo.precompile import UpdatePrecompile
+
+
+def _fx_cache(name: str) -> int:
+    return counters["inductor"][f"fxgraph_cache_{name}"]
+
+
+def test_the_first_update_loads_the_helpers_programs_and_learns_the_same(tmp_path, monkeypatch):
+    # An empty Inductor cache: without the helper all three programs would be misses.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "helped"))
+    config = PPOConfig(num_steps=8, total_timesteps=8 * 4 * 3, hidden=7)
+    hits, misses = _fx_cache("hit"), _fx_cache("miss")
+    helped = train(config)
+    assert _fx_cache("miss") - misses == 1  # the rollout, compiled here
+    assert _fx_cache("hit") - hits == 2  # the preparation and the minibatch step
+
+    # This process compiling the update itself, into another empty cache, computes the same
+    # numbers (the helper's code is this process's code: same SIMD, same threads).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "alone"))
+    misses = _fx_cache("miss")
+    alone = train(dataclasses.replace(config, precompile=False))
+    assert _fx_cache("miss") - misses == 3
+    torch.testing.assert_close(helped.returns, alone.returns, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(helped.ppo.params, alone.ppo.params, rtol=0, atol=0)
+
+
+def _helper(monkeypatch, code: str, deadline: float = 60.0) -> UpdatePrecompile:
+    monkeypatch.setattr(precompile, "_command", lambda: [sys.executable, "-c", code])
+    return UpdatePrecompile(PPOConfig(), threads=1, deadline=deadline)
+
+
+def test_a_failing_helper_is_reported_and_not_waited_for_again(monkeypatch):
+    helper = _helper(monkeypatch, "import sys; sys.stderr.write('boom\\n'); sys.exit(3)")
+    assert helper.wait() is False
+    assert helper.reason == "the helper exited with 3: boom"
+    assert helper.wait() is False  # once is enough
+
+
+def test_a_hanging_helper_is_killed_at_its_deadline(monkeypatch):
+    helper = _helper(monkeypatch, "import time; time.sleep(60)", deadline=0.5)
+    started = time.monotonic()
+    assert helper.wait() is False
+    assert time.monotonic() - started < 5
+    assert helper.reason == "the helper had not finished after 0.5 s"
+    assert helper._process.poll() is not None  # gone, not orphaned
+
+
+def test_close_kills_a_helper_still_running(monkeypatch):
+    helper = _helper(monkeypatch, "import time; time.sleep(60)")
+    helper.close()
+    assert helper._process.poll() is not None
+    assert helper.reason == "closed before the first update"
+
+
+def test_a_helper_that_is_dropped_is_killed(monkeypatch):
+    helper = _helper(monkeypatch, "import time; time.sleep(60)")
+    process = helper._process
+    del helper
+    assert process.poll() is not None
+
+
+def test_a_helper_reads_its_job_and_compiles_nothing_for_a_finished_job():
+    # The real command line, with a job whose update is eager: the helper imports, reads
+    # the pickled job, agrees on the SIMD choice and exits cleanly.
+    helper = UpdatePrecompile(PPOConfig(num_steps=8, compile=False), threads=1)
+    assert helper.wait() is True, helper.reason
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"compile": False}, {"precompile": False}, {"device": "cuda"}, {"device": "cuda:1"}],
+)
+def test_no_helper_where_nothing_compiles_on_a_cpu(changes):
+    assert UpdatePrecompile.wanted(PPOConfig(**changes)) is False
+    assert UpdatePrecompile.wanted(PPOConfig()) is True
+
+
+def test_a_helper_with_another_simd_choice_compiles_nothing():
+    with pytest.raises(SystemExit, match="SIMD choice .* is not its parent's 'none'"):
+        precompile._compile(PPOConfig(num_steps=8), 1, "none")
