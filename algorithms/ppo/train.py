@@ -154,6 +154,10 @@ class Updates:
     outputs are copied, so every :class:`UpdateResult` is the caller's to keep. If the update
     cannot be recorded, a warning says why and the updates go on eagerly. ``backend``: a
     recording backend for the tests (a CPU stand-in for CUDA graphs).
+
+    On a CPU (``config.precompile``), a helper process compiles the update's programs while
+    the first rollout compiles, and the first update loads them from Inductor's cache
+    (:class:`~batchenv.algorithms.ppo.precompile.UpdatePrecompile`).
     """
 
     def __init__(self, config: PPOConfig, env: InGraphBatchEnv, ppo: PPO, backend=None):
