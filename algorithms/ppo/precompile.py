@@ -115,7 +115,8 @@ class UpdatePrecompile:
 
 def _command() -> list[str]:
     """The helper's command line. Not ``python -m``: this module run as __main__ compiled
-    programs whose cache keys differed from those this process computes."""
+    programs whose cache keys differed from those this process computes (seen on torch
+    2.13, not explained)."""
     return [sys.executable, "-c", f"from {__name__} import main; main()"]
 
 
