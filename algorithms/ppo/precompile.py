@@ -140,10 +140,9 @@ def _compile(config: PPOConfig, threads: int, vector_isa: str) -> None:
     """The helper's job: the run's envs and agents, and one update on zero buffers."""
     from .train import make_env, make_ppo
 
-    if _vector_isa() != vector_isa:
-        raise SystemExit(
-            f"this process's SIMD choice {_vector_isa()!r} is not its parent's {vector_isa!r}"
-        )
+    own = _vector_isa()
+    if own != vector_isa:
+        raise SystemExit(f"this process's SIMD choice {own!r} is not its parent's {vector_isa!r}")
     torch.set_num_threads(threads)
     env = make_env(config)
     make_ppo(config, env).update()

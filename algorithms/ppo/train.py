@@ -191,6 +191,7 @@ class Updates:
             raise
         if self.precompile is not None:
             self.precompile.wait()  # then the update loads its programs from the cache
+            self.precompile = None
         terms = self.ppo.update()
         return UpdateResult(self.ppo.episode_stats(), terms, done, score)
 
