@@ -10,6 +10,11 @@ compiles to its on-disk cache (``TORCHINDUCTOR_CACHE_DIR``). When this process r
 its first update, Dynamo traces the two programs again (a few seconds) and Inductor loads
 them from the cache instead of compiling them.
 
+The helper reads its job at once and builds the envs and agents while both processes
+probe Inductor's SIMD instruction sets (:mod:`batchenv.in_graph.vector_isa`); this process
+sends its choice when its probes have made it, and the helper compiles only if its own
+choice is the same.
+
 The helper is a speed-up only. If it fails or has not finished by ``deadline`` seconds,
 it is killed and this process compiles the programs itself, as it would without one. It
 writes nothing but the compile cache, compiles for this process's torch thread count and
@@ -24,6 +29,7 @@ preset took 28 s instead of 51 s; a warm one ~1 s more (benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import subprocess
@@ -31,8 +37,12 @@ import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Future
 
 import torch
+
+from batchenv.in_graph.vector_isa import probe_vector_isa
 
 from .config import PPOConfig
 
@@ -72,10 +82,13 @@ class UpdatePrecompile:
         # first update).
         self._finalizer = weakref.finalize(self, _kill, self._process, self._log)
         try:
-            self._process.stdin.write(pickle.dumps((config, threads, _vector_isa())))
-            self._process.stdin.close()
+            self._process.stdin.write(pickle.dumps((config, threads)))
+            self._process.stdin.flush()
         except OSError as error:  # the helper died before reading its job
             self.reason = f"the helper could not be started: {error}"
+        # The SIMD choice follows when this process's probes have made it (the helper builds
+        # its envs and agents meanwhile). Not a method: the helper must not keep self alive.
+        probe_vector_isa().add_done_callback(functools.partial(_send_choice, self._process.stdin))
 
     @staticmethod
     def wanted(config: PPOConfig) -> bool:
@@ -127,30 +140,48 @@ def _kill(process: subprocess.Popen, log) -> None:
     log.close()
 
 
-def _vector_isa() -> str:
-    """The SIMD instruction set Inductor's C++ uses in this process ("" for none). Its
-    choice is not part of a compiled program's cache key, so a helper that chose another
-    one (its probe failed, say) would hand this process scalar code: it must not compile."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
+def _send_choice(stdin, choice: Future) -> None:
+    """Write this process's SIMD choice to the helper and close its stdin (an error in the
+    probes closes it with nothing written: the helper then stops, as does this compile)."""
+    try:
+        if choice.exception() is None:
+            stdin.write(pickle.dumps(choice.result()))
+        stdin.close()
+    except (OSError, ValueError):  # the helper is gone (died, or killed and its pipe closed)
+        pass
 
-    return str(pick_vec_isa())
 
+def _compile(config: PPOConfig, threads: int, parent_choice: Callable[[], str]) -> None:
+    """The helper's job: the run's envs and agents, and one update on zero buffers.
 
-def _compile(config: PPOConfig, threads: int, vector_isa: str) -> None:
-    """The helper's job: the run's envs and agents, and one update on zero buffers."""
+    Inductor's SIMD choice is not part of a compiled program's cache key, so a helper that
+    chose another one than its parent (its probe failed, say) would hand the parent scalar
+    code: it compiles nothing then."""
     from .train import make_env, make_ppo
 
-    own = _vector_isa()
-    if own != vector_isa:
-        raise SystemExit(f"this process's SIMD choice {own!r} is not its parent's {vector_isa!r}")
     torch.set_num_threads(threads)
     env = make_env(config)
-    make_ppo(config, env).update()
+    ppo = make_ppo(config, env)
+    own, parents = probe_vector_isa().result(), parent_choice()
+    if own != parents:
+        raise SystemExit(f"this process's SIMD choice {own!r} is not its parent's {parents!r}")
+    ppo.update()
 
 
 def main() -> None:
-    """The helper process: read ``(config, threads, vector ISA)`` from stdin; compile."""
+    """The helper process: read ``(config, threads)`` from stdin, then its parent's SIMD
+    choice; compile."""
     from batchenv.workers.liveness import set_parent_death_signal
 
     set_parent_death_signal()
-    _compile(*pickle.load(sys.stdin.buffer))
+    probe_vector_isa()  # while the job is read and the envs are built
+    stdin = sys.stdin.buffer
+    config, threads = pickle.load(stdin)
+
+    def parent_choice() -> str:
+        try:
+            return pickle.load(stdin)
+        except EOFError:
+            raise SystemExit("the parent sent no SIMD choice (its probes failed)") from None
+
+    _compile(config, threads, parent_choice)

@@ -65,6 +65,7 @@ from batchenv.in_graph.simulate import (
     act_and_learn,
     in_graph_batch_env,
 )
+from batchenv.in_graph.vector_isa import probe_vector_isa
 
 #: Steps per compiled program by default. Compile time grows with it (Inductor's C++ for
 #: every unrolled step) while the per-call overhead it saves is ~10-30 us per chunk, so a few
@@ -283,6 +284,9 @@ def compile_program(
     call on CartPole. A call whose tensors differ in dtype, device, shape or strides from the
     recorded ones goes through Dynamo again.
 
+    On a CPU the first call also starts Inductor's probes of the SIMD instruction sets, all at
+    once in the background (:func:`~batchenv.in_graph.vector_isa.probe_vector_isa`).
+
     Each call compiles a copy of ``function`` with a code object of its own. Dynamo keeps
     its graphs per code object and, with tensor-only guards, would hand one program's graph
     to another whose tensors look alike: a second PPO with another ``gamma`` ran the first
@@ -291,6 +295,8 @@ def compile_program(
     """
     function = _own_code(function)
     options = program_options(device, env_options)
+    if torch.device(device).type == "cpu":
+        probe_vector_isa()  # Inductor's SIMD probes, in the background while Dynamo traces
     if direct and torch.device(device).type == "cpu":
         guard_filter_fn = options.pop("guard_filter_fn")
         return DirectProgram(function, options, guard_filter_fn)

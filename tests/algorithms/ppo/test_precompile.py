@@ -5,8 +5,13 @@ nothing but the time it had."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import os
+import pickle
+import subprocess
 import sys
 import time
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -38,6 +43,11 @@ def test_the_first_update_loads_the_helpers_programs_and_learns_the_same(tmp_pat
     assert _fx_cache("miss") - misses == 3
     torch.testing.assert_close(helped.returns, alone.returns, rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(helped.ppo.params, alone.ppo.params, rtol=0, atol=0)
+
+
+def _env() -> dict[str, str]:
+    """This process's environment with its import path, as UpdatePrecompile gives it."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.curdir for p in sys.path))
 
 
 def _helper(monkeypatch, code: str, deadline: float = 60.0) -> UpdatePrecompile:
@@ -93,4 +103,33 @@ def test_no_helper_where_nothing_compiles_on_a_cpu(changes):
 
 def test_a_helper_with_another_simd_choice_compiles_nothing():
     with pytest.raises(SystemExit, match="SIMD choice .* is not its parent's 'none'"):
-        precompile._compile(PPOConfig(num_steps=8), 1, "none")
+        precompile._compile(PPOConfig(num_steps=8), 1, lambda: "none")
+
+
+def test_a_helper_whose_parent_sent_no_simd_choice_compiles_nothing():
+    # The job, then stdin closed: what the parent does when its own probes failed.
+    job = pickle.dumps((PPOConfig(num_steps=8), 1))
+    out = subprocess.run(
+        precompile._command(), input=job, capture_output=True, timeout=300, env=_env()
+    )
+    assert out.returncode == 1
+    last = out.stderr.decode().strip().splitlines()[-1]
+    assert last == "the parent sent no SIMD choice (its probes failed)"
+
+
+class _Pipe(io.BytesIO):
+    def close(self):
+        self.closed_with = self.getvalue()
+        super().close()
+
+
+def test_the_choice_is_sent_when_made_and_stdin_closed_either_way():
+    made, failed = Future(), Future()
+    made.set_result("avx512")
+    failed.set_exception(RuntimeError("no compiler"))
+    sent, nothing = _Pipe(), _Pipe()
+    precompile._send_choice(sent, made)
+    precompile._send_choice(nothing, failed)
+    assert pickle.loads(sent.closed_with) == "avx512"
+    assert nothing.closed_with == b""
+    precompile._send_choice(sent, made)  # a pipe already closed (the helper gone): no error
