@@ -193,7 +193,44 @@ def _agent_forward(
     return head(features, inputs, core_state, time, batch)
 
 
-class MLPAgent(nn.Module):
+class _Agent(nn.Module):
+    """What the agents here share: ``observation_shape``, a ``torso`` (set by the subclass)
+    on the ``[T * B, ...]`` frames, and the core and heads (``head``, a ``_CoreAndHeads``).
+    ``frames_last``: frames are ``(H, W, C)``; ``pixels``: uint8 frames are 0..255 pixels
+    (see :func:`_agent_forward`)."""
+
+    frames_last: bool = False
+    pixels: bool = True
+    torso: nn.Module
+    head: _CoreAndHeads
+
+    def __init__(self, observation_shape: Sequence[int], num_actions: int, use_lstm: bool):
+        super().__init__()
+        self.observation_shape = tuple(int(d) for d in observation_shape)
+        self.num_actions = int(num_actions)
+        self.use_lstm = use_lstm
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        """Zero recurrent state for ``batch_size`` rows (``()`` without an LSTM)."""
+        return self.head.initial_state(batch_size)
+
+    def forward(
+        self, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
+    ) -> tuple[dict[str, torch.Tensor], CoreState]:
+        """See the module docstring for the inputs and outputs."""
+        return _agent_forward(
+            type(self).__name__,
+            self.observation_shape,
+            self.torso,
+            self.head,
+            inputs,
+            core_state,
+            frames_last=self.frames_last,
+            pixels=self.pixels,
+        )
+
+
+class MLPAgent(_Agent):
     """Feed-forward (optionally recurrent) agent for vector observations.
 
     Torso: flatten, then ``Linear + ReLU`` per entry of ``hidden_sizes``. With ``use_lstm`` the
@@ -219,10 +256,7 @@ class MLPAgent(nn.Module):
         hidden_sizes: Sequence[int] = (64, 64),
         use_lstm: bool = False,
     ) -> None:
-        super().__init__()
-        self.observation_shape = tuple(int(d) for d in observation_shape)
-        self.num_actions = int(num_actions)
-        self.use_lstm = use_lstm
+        super().__init__(observation_shape, num_actions, use_lstm)
         layers: list[nn.Module] = [nn.Flatten()]
         size = 1
         for d in self.observation_shape:
@@ -234,20 +268,8 @@ class MLPAgent(nn.Module):
         core_input_size = size + self.num_actions + 1
         self.head = _CoreAndHeads(size, self.num_actions, core_input_size if use_lstm else None)
 
-    def initial_state(self, batch_size: int) -> CoreState:
-        """Zero recurrent state for ``batch_size`` rows (``()`` without an LSTM)."""
-        return self.head.initial_state(batch_size)
 
-    def forward(
-        self, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
-    ) -> tuple[dict[str, torch.Tensor], CoreState]:
-        """See the module docstring for the inputs and outputs."""
-        return _agent_forward(
-            "MLPAgent", self.observation_shape, self.torso, self.head, inputs, core_state
-        )
-
-
-class AtariNet(nn.Module):
+class AtariNet(_Agent):
     """The shallow IMPALA network (TorchBeast MonoBeast's ``AtariNet``).
 
     Torso on ``(C, H, W)`` frames: conv 32 8x8 stride 4, conv 64 4x4 stride 2, conv 64 3x3
@@ -268,10 +290,7 @@ class AtariNet(nn.Module):
     def __init__(
         self, observation_shape: Sequence[int], num_actions: int, use_lstm: bool = False
     ) -> None:
-        super().__init__()
-        self.observation_shape = tuple(int(d) for d in observation_shape)
-        self.num_actions = int(num_actions)
-        self.use_lstm = use_lstm
+        super().__init__(observation_shape, num_actions, use_lstm)
         _check_conv_shape("AtariNet", self.observation_shape)
         convs = nn.Sequential(
             nn.Conv2d(self.observation_shape[0], 32, kernel_size=8, stride=4),
@@ -288,18 +307,6 @@ class AtariNet(nn.Module):
         self.head = _CoreAndHeads(512, self.num_actions, core_input_size if use_lstm else None)
         self.to(memory_format=torch.channels_last)  # conv weights NHWC, see _agent_forward
 
-    def initial_state(self, batch_size: int) -> CoreState:
-        """Zero recurrent state for ``batch_size`` rows (``()`` without an LSTM)."""
-        return self.head.initial_state(batch_size)
-
-    def forward(
-        self, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
-    ) -> tuple[dict[str, torch.Tensor], CoreState]:
-        """See the module docstring for the inputs and outputs."""
-        return _agent_forward(
-            "AtariNet", self.observation_shape, self.torso, self.head, inputs, core_state
-        )
-
 
 class _ResidualBlock(nn.Module):
     """``x + conv(relu(conv(relu(x))))`` with 3x3 same-padding convolutions."""
@@ -313,7 +320,7 @@ class _ResidualBlock(nn.Module):
         return x + self.conv1(F.relu(self.conv0(F.relu(x))))
 
 
-class ResNetAgent(nn.Module):
+class ResNetAgent(_Agent):
     """The deep IMPALA network (Espeholt et al. 2018, Fig. 3; TorchBeast PolyBeast's ``Net``).
 
     Torso on ``(C, H, W)`` frames: three sections with 16, 32, 32 channels, each a 3x3 conv,
@@ -337,10 +344,7 @@ class ResNetAgent(nn.Module):
     def __init__(
         self, observation_shape: Sequence[int], num_actions: int, use_lstm: bool = False
     ) -> None:
-        super().__init__()
-        self.observation_shape = tuple(int(d) for d in observation_shape)
-        self.num_actions = int(num_actions)
-        self.use_lstm = use_lstm
+        super().__init__(observation_shape, num_actions, use_lstm)
         _check_conv_shape("ResNetAgent", self.observation_shape)
         layers: list[nn.Module] = []
         in_channels = self.observation_shape[0]
@@ -358,20 +362,8 @@ class ResNetAgent(nn.Module):
         self.head = _CoreAndHeads(256, self.num_actions, self.lstm_size if use_lstm else None)
         self.to(memory_format=torch.channels_last)  # conv weights NHWC, see _agent_forward
 
-    def initial_state(self, batch_size: int) -> CoreState:
-        """Zero recurrent state for ``batch_size`` rows (``()`` without an LSTM)."""
-        return self.head.initial_state(batch_size)
 
-    def forward(
-        self, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
-    ) -> tuple[dict[str, torch.Tensor], CoreState]:
-        """See the module docstring for the inputs and outputs."""
-        return _agent_forward(
-            "ResNetAgent", self.observation_shape, self.torso, self.head, inputs, core_state
-        )
-
-
-class MinAtarNet(nn.Module):
+class MinAtarNet(_Agent):
     """The network of the MinAtar paper (Young & Tian 2019, "MinAtar: An Atari-inspired
     testbed for thorough and reproducible reinforcement learning experiments"; its AC(lambda)
     and DQN agents) for MinAtar's ``(10, 10, C)`` observations, channels last as the games
@@ -398,14 +390,13 @@ class MinAtarNet(nn.Module):
 
     conv_channels: int = 16
     hidden_size: int = 128
+    frames_last = True
+    pixels = False
 
     def __init__(
         self, observation_shape: Sequence[int], num_actions: int, use_lstm: bool = False
     ) -> None:
-        super().__init__()
-        self.observation_shape = tuple(int(d) for d in observation_shape)
-        self.num_actions = int(num_actions)
-        self.use_lstm = use_lstm
+        super().__init__(observation_shape, num_actions, use_lstm)
         if len(self.observation_shape) != 3:
             raise ValueError(
                 "MinAtarNet: observation_shape must be MinAtar's channels-last (H, W, C), "
@@ -424,22 +415,3 @@ class MinAtarNet(nn.Module):
             self.hidden_size, self.num_actions, core_input_size if use_lstm else None
         )
         self.to(memory_format=torch.channels_last)  # conv weights NHWC, see _agent_forward
-
-    def initial_state(self, batch_size: int) -> CoreState:
-        """Zero recurrent state for ``batch_size`` rows (``()`` without an LSTM)."""
-        return self.head.initial_state(batch_size)
-
-    def forward(
-        self, inputs: dict[str, torch.Tensor], core_state: CoreState = ()
-    ) -> tuple[dict[str, torch.Tensor], CoreState]:
-        """See the module docstring for the inputs and outputs."""
-        return _agent_forward(
-            "MinAtarNet",
-            self.observation_shape,
-            self.torso,
-            self.head,
-            inputs,
-            core_state,
-            frames_last=True,
-            pixels=False,
-        )
