@@ -2,9 +2,9 @@
 
 Before a process first compiles C++ for a CPU, Inductor picks the SIMD instruction set
 (AVX-512 with VNNI, AVX-512, AVX2, ...) by building and loading a small program for each
-candidate the CPU reports, one after another. With an empty compile cache each build takes
-~2 s (~8 s in all on the 2-core VM, on the critical path of a first run). Later processes
-find the builds on disk and only load them.
+candidate the CPU reports, one after another. With an empty compile cache the builds take
+0.4-2 s each (6.5 s in all on the 2-core VM, on the critical path of a first run). Later
+processes find the builds on disk and only load them.
 
 :func:`probe_vector_isa` starts those probes at once, each in a thread of its own (the work
 is the compiler's, in processes of their own), while this process goes on tracing. Torch
