@@ -20,7 +20,8 @@ it is killed and this process compiles the programs itself, as it would without 
 writes nothing but the compile cache, compiles for this process's torch thread count and
 SIMD instruction set (Inductor's cache key leaves the latter out), and dies with its
 parent (``PR_SET_PDEATHSIG``). On the 2-core VM a cold first run of the CartPole
-preset took 28 s instead of 51 s; a warm one ~1 s more (benchmarks/RESULTS.md).
+preset took 28 s instead of 51 s; a warm one 3-6 s more, waiting for a helper that had
+nothing to compile (benchmarks/RESULTS.md).
 
     >>> from batchenv.algorithms.ppo import PPOConfig
     >>> UpdatePrecompile.wanted(PPOConfig(compile=False))
