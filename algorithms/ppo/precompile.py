@@ -163,9 +163,9 @@ def _compile(config: PPOConfig, threads: int, parent_choice: Callable[[], str]) 
     torch.set_num_threads(threads)
     env = make_env(config)
     ppo = make_ppo(config, env)
-    own, parents = probe_vector_isa().result(), parent_choice()
-    if own != parents:
-        raise SystemExit(f"this process's SIMD choice {own!r} is not its parent's {parents!r}")
+    own, theirs = probe_vector_isa().result(), parent_choice()
+    if own != theirs:
+        raise SystemExit(f"this process's SIMD choice {own!r} is not its parent's {theirs!r}")
     ppo.update()
 
 

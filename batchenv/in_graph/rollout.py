@@ -295,9 +295,10 @@ def compile_program(
     """
     function = _own_code(function)
     options = program_options(device, env_options)
-    if torch.device(device).type == "cpu":
+    on_cpu = torch.device(device).type == "cpu"
+    if on_cpu:
         probe_vector_isa()  # Inductor's SIMD probes, in the background while Dynamo traces
-    if direct and torch.device(device).type == "cpu":
+    if direct and on_cpu:
         guard_filter_fn = options.pop("guard_filter_fn")
         return DirectProgram(function, options, guard_filter_fn)
     return torch.compile(function, fullgraph=True, dynamic=False, options=options)

@@ -28,7 +28,8 @@ _choice: Future | None = None
 
 
 def probe_vector_isa() -> Future:
-    """A future of Inductor's SIMD choice here (``str(pick_vec_isa())``, ``""`` for none).
+    """A future of Inductor's SIMD choice here (``str(pick_vec_isa())``: ``"avx512"``,
+    ``"INVALID_VEC_ISA"`` for none, ...).
 
     The first call starts the probes in daemon threads; every call returns the same future.
     """
