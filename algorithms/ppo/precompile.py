@@ -15,13 +15,20 @@ probe Inductor's SIMD instruction sets (:mod:`batchenv.in_graph.vector_isa`); th
 sends its choice when its probes have made it, and the helper compiles only if its own
 choice is the same.
 
+In a warm run the cache holds every program already, and waiting for a helper that is
+still importing and tracing cost 3-6 s. So the helper announces on its stdout the moment
+Inductor misses its cache (it is about to compile), and :meth:`UpdatePrecompile.wait`
+waits only for a helper that has announced a compile, or when this process compiled
+something itself since the helper started (a cold rollout: the update is cold too). A
+helper that has done neither is killed, and this process traces the update and loads its
+programs itself.
+
 The helper is a speed-up only. If it fails or has not finished by ``deadline`` seconds,
 it is killed and this process compiles the programs itself, as it would without one. It
 writes nothing but the compile cache, compiles for this process's torch thread count and
 SIMD instruction set (Inductor's cache key leaves the latter out), and dies with its
 parent (``PR_SET_PDEATHSIG``). On the 2-core VM a cold first run of the CartPole
-preset took 28 s instead of 51 s; a warm one 3-6 s more, waiting for a helper that had
-nothing to compile (benchmarks/RESULTS.md).
+preset took 28 s instead of 51 s (benchmarks/RESULTS.md).
 
     >>> from batchenv.algorithms.ppo import PPOConfig
     >>> UpdatePrecompile.wanted(PPOConfig(compile=False))
@@ -36,12 +43,14 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 
 import torch
+from torch._dynamo.utils import counters
 
 from batchenv.in_graph.vector_isa import probe_vector_isa
 
@@ -51,6 +60,9 @@ __all__ = ["UpdatePrecompile"]
 
 #: Seconds the first update waits for the helper before compiling on its own.
 DEADLINE = 600.0
+
+#: What the helper writes to its stdout when Inductor misses its cache.
+COMPILING = b"c"
 
 
 class UpdatePrecompile:
@@ -71,14 +83,16 @@ class UpdatePrecompile:
         self.reason: str | None = None
         self.seconds: float | None = None
         self._log = tempfile.TemporaryFile()
+        self._misses = _cache_misses()  # this process compiles iff the count grows
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.curdir for p in sys.path))
         self._process = subprocess.Popen(
             _command(),
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=self._log,
             env=env,
         )
+        os.set_blocking(self._process.stdout.fileno(), False)
         # Killed when this object goes, if it still runs (a run that stopped before its
         # first update).
         self._finalizer = weakref.finalize(self, _kill, self._process, self._log)
@@ -98,10 +112,16 @@ class UpdatePrecompile:
 
     def wait(self) -> bool:
         """Wait for the helper (at most until ``deadline`` seconds after its start); True
-        if it compiled the programs. A helper still running then is killed."""
+        if it compiled the programs. A helper still running then is killed, as is at once
+        one that has not started compiling while nothing compiled here (a warm run)."""
         if self.seconds is not None:  # waited for already
             return self.reason is None
         try:
+            if not self._worth_waiting():
+                self.reason = self.reason or (
+                    "the helper had not started compiling, and nothing compiled here"
+                )
+                return False
             left = max(self.deadline - (time.monotonic() - self.started), 0.0)
             code = self._process.wait(timeout=left)
         except subprocess.TimeoutExpired:  # killed below
@@ -121,6 +141,17 @@ class UpdatePrecompile:
             self.reason = self.reason or "closed before the first update"
         self._finalizer()
 
+    def _worth_waiting(self) -> bool:
+        """Whether the helper announced a compile or has exited, or this process compiled
+        something since it started (then the update's programs are most likely cold too)."""
+        if _cache_misses() != self._misses:
+            return True
+        try:
+            said = self._process.stdout.read()  # None: nothing yet; b"": it exited
+        except BlockingIOError:
+            said = None
+        return said is not None and (said == b"" or COMPILING in said)
+
     def _last_line(self) -> str:
         self._log.seek(0)
         lines = self._log.read().decode(errors="replace").strip().splitlines()
@@ -138,7 +169,21 @@ def _kill(process: subprocess.Popen, log) -> None:
     if process.poll() is None:
         process.kill()
         process.wait()
+    process.stdout.close()
     log.close()
+
+
+def _cache_misses() -> int:
+    return counters["inductor"]["fxgraph_cache_miss"]
+
+
+def _announce_compiles(out, poll: float = 0.01) -> None:
+    """Write :data:`COMPILING` to ``out`` at this process's first FX-graph cache miss (the
+    count goes up at the lookup, before Inductor compiles). Polled: Inductor replaces its
+    counters while it compiles."""
+    while _cache_misses() == 0:
+        time.sleep(poll)
+    out.write(COMPILING)
 
 
 def _send_choice(stdin, choice: Future) -> None:
@@ -176,6 +221,11 @@ def main() -> None:
 
     set_parent_death_signal()
     probe_vector_isa()  # while the job is read and the envs are built
+    # stdout carries the announcement only; anything printed (by Python or not) goes to the log.
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    threading.Thread(target=_announce_compiles, args=(out,), daemon=True).start()
     stdin = sys.stdin.buffer
     config, threads = pickle.load(stdin)
 
