@@ -88,6 +88,8 @@ class PPO(Algorithm):
             config.hidden,
             config.activation,
             config.init_log_std,
+            config.init,
+            config.bias_init,
         )
         self.params = self.net.init(self.seeds, self.device)
         self.opt_state = adam_init(self.params)

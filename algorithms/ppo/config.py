@@ -73,6 +73,12 @@ class PPOConfig:
     """tanh or relu."""
     init_log_std: float = 0.0
     """Gaussian head: initial log standard deviation (state independent)."""
+    init: str = "orthogonal"
+    """Weight initialisation: orthogonal (PureJaxRL, CleanRL: gain sqrt 2, 0.01 on the policy
+    output, 1 on the value output) or lecun (flax's Dense default, as gymnax-blines: truncated
+    normal with variance 1/fan_in)."""
+    bias_init: float = 0.0
+    """Biases drawn from U[0, bias_init) (gymnax-blines: 0.05); 0 gives zeros."""
     normalize_reward: bool = False
     """Scale rewards by a running std of the discounted return (continuous presets)."""
     sticky_action_prob: float = 0.1
@@ -141,6 +147,10 @@ class PPOConfig:
             )
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
+        if self.init not in ("orthogonal", "lecun"):
+            raise ValueError(f"init must be 'orthogonal' or 'lecun', got {self.init!r}")
+        if self.bias_init < 0:
+            raise ValueError(f"bias_init must be >= 0 (U[0, bias_init)), got {self.bias_init}")
         if not 0.0 <= self.sticky_action_prob <= 1.0:
             raise ValueError(f"sticky_action_prob must be in [0, 1], got {self.sticky_action_prob}")
         if self.sticky_action_prob != 0.1 and not self.env_id.startswith("MinAtar/"):

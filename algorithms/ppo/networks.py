@@ -3,6 +3,9 @@
 PureJaxRL's ``ActorCritic``: separate actor and critic MLPs (two hidden layers, tanh),
 orthogonal initialisation with gain sqrt(2) on hidden layers, 0.01 on the policy output and
 1.0 on the value output, zero biases; a Gaussian policy has a state-independent log std.
+``init="lecun"`` draws every weight as flax's ``nn.Dense`` does by default (a normal
+truncated at two standard deviations, rescaled to variance 1/fan_in), and ``bias_init=b``
+draws biases from U[0, b), as gymnax-blines' networks do (b = 0.05).
 
 All K agents' weights live in one tensor, so one ``baddbmm`` runs every agent's layer and
 the optimiser is one elementwise program over ``[K, P]``. Agent k's slice is initialised from
@@ -36,10 +39,13 @@ class ActorCritic:
         hidden: int = 64,
         activation: str = "tanh",
         init_log_std: float = 0.0,
+        init: str = "orthogonal",
+        bias_init: float = 0.0,
     ):
         self.obs_dim, self.action_dim, self.discrete = obs_dim, action_dim, discrete
         self.activation = torch.tanh if activation == "tanh" else torch.relu
         self.init_log_std = init_log_std
+        self.weight_init, self.bias_init = init, bias_init
         # (name, shape, init gain or None for zeros); actor first, then critic.
         self.layers: list[tuple[str, tuple[int, ...], float | None]] = []
         for head, out_dim, out_gain in (("actor", action_dim, 0.01), ("critic", 1, 1.0)):
@@ -65,10 +71,14 @@ class ActorCritic:
             generator = torch.Generator().manual_seed(int(seed))
             parts = []
             for name, shape, gain in self.layers:
-                if gain is None:
+                if name == "log_std":
+                    value = torch.full(shape, float(self.init_log_std))
+                elif gain is None:
                     value = torch.zeros(shape)
-                    if name == "log_std":
-                        value += self.init_log_std
+                    if self.bias_init:
+                        value.uniform_(0.0, self.bias_init, generator=generator)
+                elif self.weight_init == "lecun":
+                    value = _lecun_normal(shape, generator)
                 else:
                     value = torch.empty(shape[::-1])
                     torch.nn.init.orthogonal_(value, gain=gain, generator=generator)
@@ -117,6 +127,20 @@ class ActorCritic:
     def log_std(self, params: Params) -> torch.Tensor:
         """``[K, 1, A]`` (Gaussian head only)."""
         return self.view(params, "log_std")[:, None, :]
+
+
+#: The standard deviation of a unit normal truncated to [-2, 2] (flax's truncated_normal
+#: initialisers divide by it so that the variance is the one asked for).
+_TRUNCATED_STD = 0.87962566103423978
+
+
+def _lecun_normal(shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+    """A ``[in, out]`` weight as flax's default kernel init: variance 1/in, truncated at
+    two standard deviations."""
+    std = math.sqrt(1.0 / shape[0]) / _TRUNCATED_STD
+    value = torch.empty(shape)
+    torch.nn.init.trunc_normal_(value, 0.0, std, -2.0 * std, 2.0 * std, generator=generator)
+    return value
 
 
 #: Rows per agent up to which a layer is a fused multiply-and-sum instead of a matmul call.

@@ -58,6 +58,8 @@ def test_train_writes_a_run_and_evaluate_reads_it(tmp_path, capsys):
             ["--preset", "minatar-asterix", "--set", "sticky_action_prob=1.5"],
             "sticky_action_prob must be in [0, 1], got 1.5",
         ),
+        (["--set", "init=xavier"], "init must be 'orthogonal' or 'lecun', got 'xavier'"),
+        (["--set", "bias_init=-0.1"], "bias_init must be >= 0 (U[0, bias_init)), got -0.1"),
     ],
 )
 def test_bad_options_fail_in_one_line_before_writing(tmp_path, capsys, argv, message):
