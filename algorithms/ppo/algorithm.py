@@ -70,6 +70,7 @@ class PPO(Algorithm):
         self.rows = config.num_envs * num_agents  # rows of one agent
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         obs_dim = int(math.prod(observation_space.shape))
+        self.observ_shape = tuple(observation_space.shape)
         if self.discrete:
             action_dim = int(action_space.n)
             self.action_shape: tuple[int, ...] = ()
@@ -306,12 +307,14 @@ class PPO(Algorithm):
         self.ret_count = state["ret_count"]
 
     def act_greedy(self, observ: torch.Tensor) -> torch.Tensor:
-        """The mode of each agent's policy (evaluation)."""
+        """The mode of each agent's policy (evaluation); ``observ`` is ``[K * num_envs,
+        (agents,) *observation_shape]`` as the env gives it."""
+        lead = observ.shape[: observ.dim() - len(self.observ_shape)]
         head, _ = self.net(self.params, self._flat(observ))
         if self.discrete:
-            return head.argmax(-1).reshape(observ.shape[: observ.dim() - 1])
+            return head.argmax(-1).reshape(lead)
         action = torch.maximum(torch.minimum(head, self.high.reshape(-1)), self.low.reshape(-1))
-        return action.reshape(*observ.shape[: observ.dim() - 1], *self.action_shape)
+        return action.reshape(*lead, *self.action_shape)
 
 
 def _prepare(

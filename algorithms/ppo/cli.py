@@ -167,11 +167,24 @@ def train(args: argparse.Namespace) -> int:
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``batchenv evaluate RUN_DIR`` for a PPO run."""
     parser.add_argument("--episodes", type=whole_number, default=10, help="episodes per agent")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="env seed of agent 0 (default: the run's seed + 1000)",
+    )
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="sample actions from the policy, as in training (default: the most likely action)",
+    )
 
 
 def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
-    """Greedy episodes of every agent of the run's checkpoint; one line, nothing written."""
+    """One fresh episode in each of ``--episodes`` envs per agent of the run's checkpoint
+    (the mode of the policy, or samples with ``--sample``); one line, nothing written."""
     import torch
 
     from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
@@ -188,16 +201,18 @@ def evaluate(run_dir: Path, args: argparse.Namespace) -> int:
     config = dataclasses.replace(
         PPOConfig(**state["config"]), num_envs=args.episodes, compile=False
     )
-    env: InGraphBatchEnv = make_env(config)
-    ppo = make_ppo(config, env)
+    seed = config.seed + 1000 if args.seed is None else args.seed
+    env: InGraphBatchEnv = make_env(dataclasses.replace(config, seed=seed))
+    ppo = make_ppo(config, env)  # the run's seeds: --sample continues its action draws
     ppo.load_state_dict(state["ppo"])
+    act = ppo.perform if args.sample else ppo.act_greedy
     observ = env.reset(torch.arange(env.num_envs))
     score = torch.zeros(env.num_envs)
     length = torch.zeros(env.num_envs)
     finished = torch.zeros(env.num_envs, dtype=torch.bool)
     while not bool(finished.all()):
         with torch.no_grad():
-            action = ppo.act_greedy(observ)
+            action = act(observ)
         observ, reward, terminated, truncated = env.step(action)
         reward = reward.reshape(env.num_envs, -1).mean(-1)
         score += torch.where(finished, 0.0, reward)

@@ -81,3 +81,26 @@ def test_help_lists_every_config_field_with_its_default(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for name, doc in field_help().items():
         assert f"{name} = {getattr(PPOConfig(), name)!r} {' '.join(doc.split())}" in out
+
+
+def test_evaluate_plays_minatar_images_greedy_and_sampled(tmp_path, capsys):
+    """A MinAtar run's agents read ``[N, 10, 10, C]`` frames: evaluate plays them greedily and,
+    with ``--sample``, with actions drawn from the policy; the same command prints the same
+    line, and ``--seed`` picks the episodes."""
+    run = tmp_path / "run"
+    argv = ["train", "ppo", "--preset", "minatar-breakout", "--steps", "256"]
+    small = ["--num-envs", "2", "--no-compile", "--set", "num_steps=128", "--set", "hidden=8"]
+    assert main([*argv, *small, "--set", "num_minibatches=2", "--logdir", str(run)]) == 0
+    capsys.readouterr()
+
+    def line(*options: str) -> str:
+        assert main(["evaluate", str(run), "--episodes", "3", *options]) == 0
+        return capsys.readouterr().out.strip()
+
+    greedy, sampled = line(), line("--sample")
+    for text in (greedy, sampled):
+        assert text.startswith(f"{run}: mean return ") and "over 3 episodes" in text
+        assert text.endswith("at step 256")
+    assert line() == greedy and line("--sample") == sampled
+    assert line("--seed", "1000") == greedy  # the default: the run's seed (0) + 1000
+    assert len({line("--sample", "--seed", str(s)) for s in range(1, 6)}) > 1
