@@ -217,6 +217,10 @@ def test_spec_file_loads(name: str, env: str, mode: str) -> None:
     )
     assert config.mode == mode and config.model == "auto" and config.entropy_cost == 0.01
     assert (config.unroll_length, config.batch_size, config.learning_rate) == (20, 8, 0.002)
+    # 32 envs either way: 2 actor processes of 16 (sync), or one actor thread whose 32 envs
+    # step in 2 worker processes (async)
+    layout = (2, 16, 0) if mode == "sync" else (1, 32, 2)
+    assert (config.num_actors, config.envs_per_actor, config.env_workers) == layout
     spec.trainer().check(config)  # the minatar package is there and the id is known
 
 
