@@ -152,7 +152,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an algorithm (batchenv train NAME --help)")
     names = train.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM")
-    evaluate = commands.add_parser("evaluate", help="evaluate a training run's checkpoint")
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="evaluate a training run's checkpoint",
+        description="Play episodes with a training run's checkpoint and print one line. The "
+        "options depend on the run's algorithm: batchenv evaluate RUN_DIR --help lists them.",
+    )
     evaluate.add_argument("run_dir", help="the run directory written by batchenv train")
     # Only the algorithm named on the command line is imported (each pulls in torch).
     if len(argv) >= 2 and argv[0] == "train" and argv[1] in ALGORITHMS:
