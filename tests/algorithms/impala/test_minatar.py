@@ -196,15 +196,16 @@ def test_cli_says_how_to_install_minatar(tmp_path: Path, capsys, monkeypatch) ->
 
 
 @pytest.mark.parametrize(
-    "name, env, mode",
+    "name, env, mode, batch",
     [
-        ("breakout", "MinAtar/Breakout-v1", "sync"),
-        ("space_invaders", "MinAtar/SpaceInvaders-v1", "sync"),
-        ("breakout_async", "MinAtar/Breakout-v1", "async"),
-        ("space_invaders_async", "MinAtar/SpaceInvaders-v1", "async"),
+        ("breakout", "MinAtar/Breakout-v1", "sync", 8),
+        ("space_invaders", "MinAtar/SpaceInvaders-v1", "sync", 8),
+        ("breakout_async", "MinAtar/Breakout-v1", "async", 8),
+        ("space_invaders_async", "MinAtar/SpaceInvaders-v1", "async", 8),
+        ("breakout_batch16", "MinAtar/Breakout-v1", "sync", 16),
     ],
 )
-def test_spec_file_loads(name: str, env: str, mode: str) -> None:
+def test_spec_file_loads(name: str, env: str, mode: str, batch: int) -> None:
     spec = load_spec(SPECS / "impala_minatar.yaml", name)
     assert spec.algorithm == "impala" and spec.env == env
     assert spec.meta.sessions == 4 and spec.meta.steps == 10_000_000
@@ -216,7 +217,7 @@ def test_spec_file_loads(name: str, env: str, mode: str) -> None:
         50_000,
     )
     assert config.mode == mode and config.model == "auto" and config.entropy_cost == 0.01
-    assert (config.unroll_length, config.batch_size, config.learning_rate) == (20, 8, 0.002)
+    assert (config.unroll_length, config.batch_size, config.learning_rate) == (20, batch, 0.002)
     # 32 envs either way: 2 actor processes of 16 (sync), or one actor thread whose 32 envs
     # step in 2 worker processes (async)
     layout = (2, 16, 0) if mode == "sync" else (1, 32, 2)
