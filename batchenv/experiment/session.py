@@ -20,6 +20,7 @@ computed from checkpoints.csv (:func:`analyze_session`), so ``batchenv analyze``
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -225,7 +226,7 @@ def analyze_session(path: str | os.PathLike, seed: int, random_return: float, ti
         "metrics": metrics,
         "notes": [str(note) for note in notes],
     }
-    (path / SESSION_NAME).write_text(json.dumps({"status": "done", **result}, indent=1))
+    write_atomic(path / SESSION_NAME, json.dumps({"status": "done", **result}, indent=1))
     _plot(path, title, frames, returns)
     return result
 
@@ -280,11 +281,22 @@ def read_checkpoints(path: str | os.PathLike) -> list[dict[str, float]]:
     if not target.exists():
         return []
     by_frame: dict[int, dict[str, float]] = {}
-    with open(target, newline="") as file:
-        for row in csv.DictReader(file):
-            values = {name: float(row[name]) if row[name] else math.nan for name in _COLUMNS}
-            by_frame[int(values["frame"])] = values
+    for row in csv.DictReader(io.StringIO(_whole_rows(target).decode(), newline="")):
+        values = {name: float(row[name]) if row[name] else math.nan for name in _COLUMNS}
+        by_frame[int(values["frame"])] = values
     return [by_frame[frame] for frame in sorted(by_frame)]
+
+
+def write_atomic(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a temporary file moved into place, so that a
+    process killed mid-write leaves the old file or the new one, never half of one."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        partial.write_text(text)
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -296,6 +308,12 @@ class _Checkpoints:
 
     def __init__(self, path: Path):
         self.path = path
+        target = path / CHECKPOINTS_NAME
+        if target.exists():  # a resumed session: drop a row its killed process left half
+            whole = _whole_rows(target)
+            if len(whole) < target.stat().st_size:
+                with open(target, "r+b") as file:
+                    file.truncate(len(whole))
         self.returns = {int(row["frame"]): row["total_reward"] for row in read_checkpoints(path)}
 
     def add(self, frame: int, total_reward: float, opt_step: int | None, wall: float) -> float:
@@ -322,6 +340,13 @@ class _Checkpoints:
                 ]
             )
         return ma
+
+
+def _whole_rows(target: Path) -> bytes:
+    """checkpoints.csv up to its last line break: a session killed while appending a row
+    leaves part of it, which is not a checkpoint."""
+    data = target.read_bytes()
+    return data[: data.rfind(b"\n") + 1]
 
 
 def _plot(path: Path, title: str, frames: list, returns: list) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .metrics import explain_nan, trial_metrics
-from .session import SESSION_NAME, SessionJob, analyze_session, session_title
+from .session import SESSION_NAME, SessionJob, analyze_session, session_title, write_atomic
 from .shared import SharedParameters
 from .spec import Spec
 
@@ -310,7 +310,7 @@ def _write(
         "error": error,
         "note": note,
     }
-    (path / TRIAL_NAME).write_text(json.dumps(record, indent=1))
+    write_atomic(path / TRIAL_NAME, json.dumps(record, indent=1))
 
 
 def _plot(path: Path, spec: Spec, number: int, results: list[dict]) -> None:

@@ -21,7 +21,7 @@ import yaml
 
 from batchenv.experiment import SpecError, load_spec, run
 from batchenv.experiment.metrics import trial_metrics
-from batchenv.experiment.session import read_checkpoints
+from batchenv.experiment.session import SessionJob, read_checkpoints, run_session, write_atomic
 from batchenv.experiment.trial import SessionFailedError
 from tests.cli_process import batchenv_command
 from tests.experiment.toy_trainer import ToyConfig, toy_return
@@ -279,6 +279,44 @@ def test_resume_of_an_interrupted_trial_reruns_nothing_that_finished(tmp_path):
     assert _starts(run_dir / "t0/s1") == [0, 300]  # continued from its checkpoint
     frames = [row["frame"] for row in read_checkpoints(run_dir / "t0/s1")]
     assert frames == [100, 200, 300, 400, 500, 600]
+
+
+def test_a_row_left_half_written_by_a_killed_session_is_dropped_when_it_resumes(tmp_path):
+    # The process was killed while appending the row of frame 200, after its checkpoint at 100.
+    spec = load_spec(toy_spec(tmp_path, meta={"steps": 300}))
+    folder = tmp_path / "s0"
+    folder.mkdir()
+    header = "frame,opt_step,total_reward,total_reward_ma,wall_t"
+    # Lines end in \r\n, as csv.writer writes them.
+    (folder / "checkpoints.csv").write_bytes(
+        f"{header}\r\n100,10,1.5,1.5,0.1\r\n200,20,2.".encode()
+    )
+    (folder / "toy_checkpoint.json").write_text(json.dumps({"frame": 100}))
+    assert [row["frame"] for row in read_checkpoints(folder)] == [100]
+
+    job = SessionJob(spec.name, spec.to_dict(), 0, 0, 0, str(folder), cpus=1, random_return=0.0)
+    run_session(job)
+    lines = (folder / "checkpoints.csv").read_text().splitlines()
+    assert lines[:2] == [header, "100,10,1.5,1.5,0.1"]
+    assert [line.split(",")[:2] for line in lines[2:]] == [["200", "20"], ["300", "30"]]
+    config = ToyConfig(steps=300, seed=0)
+    second = toy_return(config, 200)
+    assert [row["total_reward"] for row in read_checkpoints(folder)] == [
+        1.5,
+        second,
+        toy_return(config, 300),
+    ]
+    assert read_checkpoints(folder)[1]["total_reward_ma"] == (1.5 + second) / 2
+
+
+def test_a_record_write_that_fails_midway_keeps_the_old_record(tmp_path):
+    # trial.json and session.json are written this way: a reader never sees half a file.
+    target = tmp_path / "trial.json"
+    write_atomic(target, '{"status": "running"}')
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(target, '{"status": "done", "note": "\udc80"}')  # fails while writing
+    assert target.read_text() == '{"status": "running"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trial.json"]
 
 
 def test_resume_of_an_interrupted_search_keeps_finished_trials(tmp_path):

@@ -141,7 +141,8 @@ def test_resume_reruns_no_finished_trial(tmp_path, ray_cluster):
     interrupted = json.loads((run_dir / "t2/trial.json").read_text())["values"]
 
     result = run(resume=run_dir, progress=False)
-    assert [(t.number, t.status) for t in result.trials] == [(0, "done"), (1, "done"), (2, "done")]
+    statuses = [(t.number, t.status) for t in result.trials]
+    assert statuses == [(0, "done"), (1, "done"), (2, "done")], [t.error for t in result.trials]
     assert result.trials[2].values == interrupted
     for trial in (0, 1):  # finished: not rerun
         for session in (0, 1):

@@ -88,7 +88,9 @@ class ToyTrainer:
             if config.crash_above is not None and config.x > config.crash_above:
                 raise RuntimeError(f"toy crash: x={config.x} is above {config.crash_above}")
             time.sleep(config.delay)
-            checkpoint.write_text(json.dumps({"frame": frame}))
+            partial = checkpoint.with_suffix(".tmp")  # atomic, as the real trainers' checkpoints
+            partial.write_text(json.dumps({"frame": frame}))
+            os.replace(partial, checkpoint)
             report(frame, toy_return(config, frame), opt_step=frame // 10)
             if first and config.stall_seed == config.seed and frame == config.stall_at:
                 time.sleep(3600)
