@@ -48,6 +48,7 @@ __all__ = [
     "run_sessions",
     "session_main",
     "session_title",
+    "write_atomic",
 ]
 
 CHECKPOINTS_NAME = "checkpoints.csv"
@@ -324,7 +325,7 @@ class _Checkpoints:
         finite = [value for value in recent if not math.isnan(value)]
         ma = sum(finite) / len(finite) if finite else math.nan
         target = self.path / CHECKPOINTS_NAME
-        fresh = not target.exists()
+        fresh = not target.exists() or target.stat().st_size == 0
         self.path.mkdir(parents=True, exist_ok=True)
         with open(target, "a", newline="") as file:
             writer = csv.writer(file)

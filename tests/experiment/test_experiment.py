@@ -309,6 +309,16 @@ def test_a_row_left_half_written_by_a_killed_session_is_dropped_when_it_resumes(
     assert read_checkpoints(folder)[1]["total_reward_ma"] == (1.5 + second) / 2
 
 
+def test_a_session_killed_while_writing_its_first_header_starts_the_file_again(tmp_path):
+    spec = load_spec(toy_spec(tmp_path, meta={"steps": 200}))
+    folder = tmp_path / "s0"
+    folder.mkdir()
+    (folder / "checkpoints.csv").write_text("frame,opt_st")
+    job = SessionJob(spec.name, spec.to_dict(), 0, 0, 0, str(folder), cpus=1, random_return=0.0)
+    run_session(job)
+    assert [row["frame"] for row in read_checkpoints(folder)] == [100, 200]
+
+
 def test_a_record_write_that_fails_midway_keeps_the_old_record(tmp_path):
     # trial.json and session.json are written this way: a reader never sees half a file.
     target = tmp_path / "trial.json"
