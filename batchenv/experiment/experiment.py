@@ -40,7 +40,7 @@ from typing import Any
 from .executors import Executor, LocalExecutor, Plan
 from .metrics import METRIC_NAMES
 from .pool import available_cores
-from .session import run_session
+from .session import run_session, write_atomic
 from .spec import MODES, Spec, SpecError, load_spec
 from .trial import TRIAL_NAME, TrialResult, TrialRun, read_trial
 
@@ -534,4 +534,4 @@ def _short(value: Any) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=1, default=str))
+    write_atomic(path, json.dumps(data, indent=1, default=str))
