@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchenv.atomic_file import replacing
+
 CSV_NAME = "metrics.csv"
 #: A row whose ``episodes`` is below this share of its phase's median is left off a curve.
 FEW_EPISODES = 0.1
@@ -91,12 +93,10 @@ class Logger:
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         """Write the header and ``rows`` to a temporary file, then move it into place."""
-        temporary = self.csv_path + ".tmp"
-        with open(temporary, "w", newline="") as file:
+        with replacing(self.csv_path) as temporary, open(temporary, "w", newline="") as file:
             writer = csv.DictWriter(file, self.fields, restval="")
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(temporary, self.csv_path)
 
     def flush(self) -> None:
         self._file.flush()

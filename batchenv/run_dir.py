@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from batchenv.atomic_file import replacing
 from batchenv.logger import Logger, curve_points
 
 CONFIG_NAME = "config.json"
@@ -172,9 +173,8 @@ class RunDirectory:
         import torch
 
         target = self.path / CHECKPOINT_NAME
-        partial = target.with_suffix(".pt.tmp")
-        torch.save(state, partial)
-        os.replace(partial, target)
+        with replacing(target) as partial:
+            torch.save(state, partial)
         self.logger.flush()
         return target
 

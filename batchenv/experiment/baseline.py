@@ -19,11 +19,12 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+from batchenv.atomic_file import write_atomic
 
 #: Episode length cap when the env declares no time limit.
 DEFAULT_MAX_STEPS = 10_000
@@ -199,12 +200,4 @@ def _read_cache(path: Path, quiet: bool = False) -> dict:
 
 def _write_cache(path: Path, entries: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(entries, file, indent=1, sort_keys=True)
-            file.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(entries, indent=1, sort_keys=True) + "\n")

@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batchenv.atomic_file import write_atomic
+
 from .executors import Executor, LocalExecutor, Plan
 from .metrics import METRIC_NAMES
 from .pool import available_cores
-from .session import run_session, write_atomic
+from .session import run_session
 from .spec import MODES, Spec, SpecError, load_spec
 from .trial import TRIAL_NAME, TrialResult, TrialRun, read_trial
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batchenv.atomic_file import write_atomic
+
 from .metrics import MA_WINDOW, session_metrics
 from .spec import spec_from_dict
 
@@ -48,7 +50,6 @@ __all__ = [
     "run_sessions",
     "session_main",
     "session_title",
-    "write_atomic",
 ]
 
 CHECKPOINTS_NAME = "checkpoints.csv"
@@ -286,18 +287,6 @@ def read_checkpoints(path: str | os.PathLike) -> list[dict[str, float]]:
         values = {name: float(row[name]) if row[name] else math.nan for name in _COLUMNS}
         by_frame[int(values["frame"])] = values
     return [by_frame[frame] for frame in sorted(by_frame)]
-
-
-def write_atomic(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file moved into place, so that a
-    process killed mid-write leaves the old file or the new one, never half of one."""
-    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        partial.write_text(text)
-        os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
 
 
 # --- helpers --------------------------------------------------------------------------------

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batchenv.atomic_file import write_atomic
+
 from .metrics import explain_nan, trial_metrics
-from .session import SESSION_NAME, SessionJob, analyze_session, session_title, write_atomic
+from .session import SESSION_NAME, SessionJob, analyze_session, session_title
 from .shared import SharedParameters
 from .spec import Spec
 

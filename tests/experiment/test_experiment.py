@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from batchenv.atomic_file import write_atomic
 from batchenv.experiment import SpecError, load_spec, run
 from batchenv.experiment.metrics import trial_metrics
-from batchenv.experiment.session import SessionJob, read_checkpoints, run_session, write_atomic
+from batchenv.experiment.session import SessionJob, read_checkpoints, run_session
 from batchenv.experiment.trial import SessionFailedError
 from tests.cli_process import batchenv_command
 from tests.experiment.toy_trainer import ToyConfig, toy_return

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchenv.atomic_file import write_atomic
+
 
 @dataclass(frozen=True)
 class ToyConfig:
@@ -88,9 +90,7 @@ class ToyTrainer:
             if config.crash_above is not None and config.x > config.crash_above:
                 raise RuntimeError(f"toy crash: x={config.x} is above {config.crash_above}")
             time.sleep(config.delay)
-            partial = checkpoint.with_suffix(".tmp")  # atomic, as the real trainers' checkpoints
-            partial.write_text(json.dumps({"frame": frame}))
-            os.replace(partial, checkpoint)
+            write_atomic(checkpoint, json.dumps({"frame": frame}))  # as the real trainers do
             report(frame, toy_return(config, frame), opt_step=frame // 10)
             if first and config.stall_seed == config.seed and frame == config.stall_at:
                 time.sleep(3600)
