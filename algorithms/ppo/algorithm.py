@@ -142,7 +142,7 @@ class PPO(Algorithm):
         """Sample every row's action; remember its log-probability and value."""
         obs = self._flat(observ)
         head, value = self.net(self.params, obs)
-        self.draws = self.draws + 1
+        self.draws.add_(1)  # state kept in place: no new tensor out of a compiled rollout
         u = dist.uniform(self.keys, self.draws, tuple(head.shape), stream=0)
         if self.discrete:
             action = dist.sample_categorical(head, u)
@@ -156,7 +156,9 @@ class PPO(Algorithm):
             env_action = torch.maximum(
                 torch.minimum(action, self.high.reshape(-1)), self.low.reshape(-1)
             )
-        self._action, self._log_prob, self._value = action, log_prob, value
+        self._action.copy_(action)
+        self._log_prob.copy_(log_prob)
+        self._value.copy_(value)
         lead = (self.k * self.config.num_envs, *((self.num_agents,) if self.num_agents > 1 else ()))
         return env_action.reshape(*lead, *self.action_shape)
 
@@ -172,9 +174,9 @@ class PPO(Algorithm):
 
         # Episode returns of the raw rewards, summed per agent when episodes end.
         ret = self.episode_return + reward
-        self.finished_return = self.finished_return + torch.where(done_rows, ret, 0.0).sum(-1)
-        self.finished_count = self.finished_count + done_rows.sum(-1) / self.num_agents
-        self.episode_return = torch.where(done_rows, 0.0, ret)
+        self.finished_return.add_(torch.where(done_rows, ret, 0.0).sum(-1))
+        self.finished_count.add_(done_rows.sum(-1) / self.num_agents)
+        self.episode_return.copy_(torch.where(done_rows, 0.0, ret))
         train_reward = self._scale(reward, done_rows) if config.normalize_reward else reward
 
         index = (self.t % self.config.num_steps).reshape(1)
@@ -189,7 +191,7 @@ class PPO(Algorithm):
             ("done", done_rows),
         ):
             self.buffer[name].index_copy_(0, index, value[None])
-        self.t = self.t + 1
+        self.t.add_(1)
         return None
 
     def _flat(self, observ: torch.Tensor) -> torch.Tensor:
@@ -233,8 +235,8 @@ class PPO(Algorithm):
             self.finished_return / (self.finished_count * self.num_agents).clamp_min(1e-9),
             torch.nan,
         )
-        self.finished_return = torch.zeros_like(self.finished_return)
-        self.finished_count = torch.zeros_like(self.finished_count)
+        self.finished_return.zero_()
+        self.finished_count.zero_()
         return mean
 
     # -- the update --------------------------------------------------------------------
@@ -246,7 +248,7 @@ class PPO(Algorithm):
         prepare = self._program("prepare", _prepare)
         step = self._program("step", _minibatch_step)
         data, orders = prepare(self, self.buffer, self.draws)
-        self.draws = self.draws + config.update_epochs
+        self.draws.add_(config.update_epochs)
         size = config.minibatch_size * self.num_agents
         steps = []
         for order in orders:
@@ -256,7 +258,7 @@ class PPO(Algorithm):
                     self, self.params, self.opt_state, data, rows, lr
                 )
                 steps.append(terms)
-        self.t = torch.zeros_like(self.t)
+        self.t.zero_()
         self.updates_done += 1
         self.update_index = self.update_index + 1
         return {name: torch.stack([terms[name] for terms in steps]).mean(0) for name in steps[0]}
@@ -287,7 +289,7 @@ class PPO(Algorithm):
         return {
             "params": self.params,
             "opt_state": self.opt_state,
-            "draws": self.draws,
+            "draws": self.draws.clone(),  # the rollout advances self.draws in place
             "updates_done": self.updates_done,
             "ret_mean": self.ret_mean,
             "ret_var": self.ret_var,
@@ -298,7 +300,7 @@ class PPO(Algorithm):
         self.params = state["params"].to(self.device)
         opt_state = {k: v.to(self.device) for k, v in state["opt_state"].items()}
         self.opt_state = with_powers(opt_state)  # a checkpoint from before the powers
-        self.draws = state["draws"].to(self.device)
+        self.draws = state["draws"].to(self.device, copy=True)
         self.updates_done = int(state["updates_done"])
         self.update_index = torch.full(
             (), float(self.updates_done), dtype=torch.float64, device=self.device

@@ -297,8 +297,8 @@ class InGraphBatchEnv:
             bad.append(rows if mask is None else rows & mask)
         marks = torch.stack(bad)
         first = (self.nonfinite_step < 0) & marks.any()
-        self.nonfinite_step = torch.where(first, self.steps + 1, self.nonfinite_step)
-        self.nonfinite = self.nonfinite | marks
+        self.nonfinite_step.copy_(torch.where(first, self.steps + 1, self.nonfinite_step))
+        self.nonfinite.logical_or_(marks)
 
     def _check_shape(
         self, method: str, what: str, value: torch.Tensor, rows: int, shape: tuple[int, ...]

@@ -60,7 +60,7 @@ from batchenv.in_graph.cuda_graph import recording
 from batchenv.in_graph.in_graph_batch_env import InGraphBatchEnv
 from batchenv.in_graph.simulate import (
     _expand,
-    _finish,
+    _finish_eagerly,
     _join,
     act_and_learn,
     in_graph_batch_env,
@@ -162,7 +162,7 @@ def rollout(
         batch.defer_check = deferred
     if batch.check_finite and not recording():  # a recorded graph's caller checks
         batch.raise_if_nonfinite()
-    summaries = _finish(batch, None, log, logger)
+    summaries = _finish_eagerly(batch, None, log, logger)
     return Rollout(torch.cat(dones), torch.cat(scores), summaries)
 
 
@@ -210,7 +210,7 @@ def _scanned(
         batch.defer_check = deferred
     if batch.check_finite and not recording():
         batch.raise_if_nonfinite()
-    summaries = _finish(batch, None, log, logger)
+    summaries = _finish_eagerly(batch, None, log, logger)
     return Rollout(done, score, summaries)
 
 

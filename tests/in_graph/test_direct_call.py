@@ -182,3 +182,41 @@ def test_rollout_chunks_go_direct_and_match_dynamos(monkeypatch):
     assert torch.equal(score_a, score_b)
     for key in state_a:
         assert torch.equal(state_a[key], state_b[key])
+
+
+def bump(s: State):
+    s.a.add_(1)  # an input changed in place, inside the graph
+    return s.a * 2
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["compiled", "cache-or-compiled"])
+def test_direct_calls_of_a_plain_graph_skip_its_wrappers(cache):
+    # A graph compiled in this process and one loaded from AOTAutograd's cache are wrapped
+    # differently; the first is certain only with the caches off.
+    program = compile_program(bump, "cpu")
+    state = State()
+    for i in range(5):
+        version = state.a._version
+        with torch._inductor.config.patch(force_disable_caches=not cache):
+            result = program(state)
+        assert state.a._version > version  # as AOTAutograd's wrapper would bump it
+        assert result.tolist() == [2.0 * (i + 1)] * 3 and not result.requires_grad
+        assert torch.is_grad_enabled()  # turned off around the compiled call only
+    assert program.direct_calls == 3  # calls 0 and 1 learn the plan
+    assert program._plan.graph.entry.__qualname__ == "_inductor_entry.<locals>.call"
+
+
+def view_of_input(s: State):
+    s.b = s.b + 1
+    return s.a[:2]  # an output that is a view of an input: AOTAutograd rebuilds it
+
+
+def test_a_graph_whose_output_aliases_an_input_keeps_its_wrappers():
+    program = compile_program(view_of_input, "cpu")
+    state = State()
+    for _ in range(4):
+        view = program(state)
+        assert view.untyped_storage().data_ptr() == state.a.untyped_storage().data_ptr()
+    assert program.direct_calls == 2
+    assert program._plan.graph.entry == program._plan.graph.compiled_call
+    assert state.b.tolist() == [5.0] * 3
