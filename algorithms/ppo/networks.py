@@ -145,6 +145,8 @@ def _lecun_normal(shape: tuple[int, int], generator: torch.Generator) -> torch.T
 
 #: Rows per agent up to which a layer is a fused multiply-and-sum instead of a matmul call.
 SMALL_BATCH = 16
+#: Outputs up to which a minibatch layer is computed transposed (see _linear).
+THIN_LAYER = 8
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -154,7 +156,17 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.
     matmul call costs ~3 us of dispatch for ~1k multiply-adds, so the layer is written as a
     broadcast product and a sum, which torch.compile fuses with the bias and the activation
     into one loop. Minibatches (hundreds of rows) use ``baddbmm``.
+
+    A layer with a few outputs (a policy or value head) is computed transposed, as
+    ``(weight^T @ x^T)^T``. On a CPU the library's product of ``[128, 64] @ [64, 2]`` took
+    ~10 us (as long as a 64-wide layer) against ~4-7 us transposed, and autograd then forms the
+    weight's gradient as ``g^T @ x`` (~4 us) instead of ``x^T @ g`` (~13 us): PPO's CartPole
+    update ~8% faster (benchmarks/RESULTS.md). The sums are the same; only their order
+    may differ, within float rounding.
     """
     if x.shape[1] <= SMALL_BATCH:
         return (x[:, :, :, None] * weight[:, None, :, :]).sum(2) + bias[:, None, :]
+    if weight.shape[2] <= THIN_LAYER:
+        product = torch.baddbmm(bias[:, :, None], weight.transpose(1, 2), x.transpose(1, 2))
+        return product.transpose(1, 2)
     return torch.baddbmm(bias[:, None, :], x, weight)
